@@ -1,0 +1,42 @@
+"""seal-verl: SEAL for verl.
+
+The lean CPU install (tests, diagnosis, dry run) needs bfcl-eval installed with ``--no-deps``: its full
+dependency set pulls several GB of CUDA wheels for a memory backend this project never uses. The Makefile
+does that; see README.md.
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="seal-verl",
+    version="0.1.0",
+    description="SEAL: verifier-grounded failure diagnosis driving the training interface and GRPO weights, for verl",
+    python_requires=">=3.11",
+    packages=find_packages(include=["seal_verl", "seal_verl.*", "env_wrappers", "env_wrappers.*", "reward_fns", "reward_fns.*"]),
+    package_data={"env_wrappers.bfcl": ["data/*.json"], "seal_verl": ["configs/*.yaml"]},
+    include_package_data=True,
+    install_requires=[
+        "jsonschema>=4",
+        "mpmath",
+        "filelock",
+        "tqdm",
+        "numpy",
+        "matplotlib",
+    ],
+    extras_require={
+        # bfcl-eval itself is installed separately with --no-deps (see the Makefile).
+        "test": ["pytest>=8", "pytest-timeout"],
+        "train": [
+            "verl==0.9.1",
+            "cachetools",
+            "fastapi",
+            "uvicorn",
+            "pyzmq",
+            "msgspec",
+            "TransferQueue>=0.1.10",
+        ],
+    },
+    entry_points={
+        "console_scripts": ["seal-verl=seal_verl.cli:main"],
+    },
+)
