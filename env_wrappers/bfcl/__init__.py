@@ -1,0 +1,14 @@
+"""BFCL V3 multi-turn as a SEAL environment, on bfcl-eval's real backends.
+
+bfcl-eval writes result and score folders under ``BFCL_PROJECT_ROOT`` at import time and falls back to its
+own site-packages folder when the variable is unset. Importing this package points it at a per-user cache
+folder first (an explicit setting wins), so nothing is written into site-packages.
+"""
+
+import os
+from pathlib import Path
+
+if not os.environ.get("BFCL_PROJECT_ROOT"):
+    _root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "seal-verl" / "bfcl"
+    _root.mkdir(parents=True, exist_ok=True)
+    os.environ["BFCL_PROJECT_ROOT"] = str(_root)

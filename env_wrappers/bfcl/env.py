@@ -1,0 +1,252 @@
+"""One BFCL multi-turn rollout as an environment: user turns in, assistant messages in, tool results out.
+
+The environment keeps BFCL's interaction protocol (what ``bfcl generate`` does for a model):
+
+- the task's user turns are served in order; a miss_func turn with no question reveals the held-out
+  functions with BFCL's message;
+- an assistant message without a tool-call attempt ends the turn (a text answer); so does a message BFCL's
+  decoder rejects, or one from which nothing decodes;
+- every decoded call runs, by method dispatch on this rollout's own backend instances, also a call whose
+  arguments break the schema or that names a miss_func function before it is offered (BFCL runs those);
+  unknown, private and refused names and non-literal arguments run nothing and give BFCL's error text;
+- more than ``max_steps_per_turn`` executed steps in one turn force-terminate the episode (BFCL fails such a
+  task).
+
+Availability and the schema check are recorded as evidence in the trace and never gate a call: SEAL changes
+what the agent observes, never what the tools do.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from seal_verl.trace import PARSE_OK, Attempt, CallRecord, Trace, TurnTrace
+
+from . import calls as _calls
+from .backends import ERROR_PREFIX, Backends
+from .schema import SchemaChecker
+from .tasks import BFCLTask
+
+#: BFCL's message for a miss_func turn that reveals new functions.
+REVEAL_MESSAGE = "I have updated some more functions you can choose from. What about now?"
+#: BFCL's per-turn step cap (``MAXIMUM_STEP_LIMIT``).
+MAX_STEPS_PER_TURN = 20
+
+
+@dataclass
+class ToolResult:
+    """One tool response the agent will see: the call it answers and the result or error text."""
+
+    name: str
+    call: str
+    content: str
+    is_error: bool
+
+
+@dataclass
+class StepResult:
+    """What :meth:`BFCLEnv.step` returns.
+
+    ``tool_results``: responses to show the agent (empty when the turn ended).
+    ``turn_done``: the current user turn is over; ``episode_done``: no further user turn.
+    ``next_user``: the next turn's user messages when ``turn_done`` and not ``episode_done``.
+    ``failed_calls``: attempts that could not be executed as calls (for recovery cues; BFCL shows the agent
+    nothing for a dropped block, so these are not in ``tool_results`` unless BFCL would show an error).
+    """
+
+    tool_results: list = field(default_factory=list)
+    turn_done: bool = False
+    episode_done: bool = False
+    next_user: list | None = None
+    revealed_tools: list = field(default_factory=list)
+    attempt: Attempt | None = None
+    failed_calls: list = field(default_factory=list)
+
+
+class BFCLEnv:
+    """A single rollout of one BFCL task. Create one per trajectory; nothing is shared between instances.
+
+    Args:
+        task: the task to play.
+        call_format: ``json`` (Qwen ``<tool_call>`` blocks), ``python`` (BFCL's prompt-mode call list) or
+            ``fc`` (pre-decoded ``{name: arguments}`` steps) or ``auto`` (each message by its form; replay).
+        max_steps_per_turn: executed steps allowed per user turn before the episode is force-terminated.
+        call_timeout_s: per-call time limit for backend calls (None = no limit, run inline).
+    """
+
+    def __init__(self, task: BFCLTask, call_format: str = "json", max_steps_per_turn: int = MAX_STEPS_PER_TURN,
+                 call_timeout_s: float | None = 10.0):
+        if call_format not in _calls.CALL_FORMATS:
+            raise ValueError(f"call_format must be one of {', '.join(_calls.CALL_FORMATS)}, got {call_format!r}")
+        if max_steps_per_turn < 1:
+            raise ValueError("max_steps_per_turn must be >= 1")
+        self.task = task
+        self.call_format = call_format
+        self.max_steps_per_turn = max_steps_per_turn
+        self.backends = Backends(task.involved_classes, task.initial_config, task.long_context, call_timeout_s)
+        self.schemas = SchemaChecker([_tool for _tool in _all_tools(task)])
+        self.offered: set[str] = {d["name"] for d in task.functions}
+        self.trace = Trace(task_id=task.id, category=task.category)
+        self.turn = -1
+        self.steps_in_turn = 0
+        self.done = False
+
+    # ------------------------------------------------------------------------------------------------------
+    def tools(self) -> list[dict]:
+        """OpenAI-style tools offered right now (initial functions plus those revealed so far)."""
+        return self.task.tools(upto_turn=max(self.turn, 0) if self.turn >= 0 else None)
+
+    def reset(self) -> list[dict]:
+        """Start the episode; returns the first turn's user messages."""
+        if self.turn != -1:
+            raise RuntimeError("reset() called twice; create a new BFCLEnv per rollout")
+        msgs, _ = self._begin_turn(0)
+        return msgs
+
+    def _begin_turn(self, k: int) -> tuple[list[dict], list[dict]]:
+        self.turn = k
+        self.steps_in_turn = 0
+        revealed_docs = self.task.missed_functions.get(k, [])
+        tt = TurnTrace(index=k, revealed_functions=[d["name"] for d in revealed_docs])
+        self.trace.turns.append(tt)
+        msgs = [dict(m) for m in self.task.questions[k]]
+        if revealed_docs:
+            self.offered.update(d["name"] for d in revealed_docs)
+            if not msgs:
+                msgs = [{"role": "user", "content": REVEAL_MESSAGE}]
+        revealed_tools = [t for t in self.tools() if t["function"]["name"] in set(tt.revealed_functions)]
+        return msgs, revealed_tools
+
+    def _end_turn(self, reason: str, result: StepResult) -> StepResult:
+        tt = self.trace.turns[-1]
+        tt.ended_by = reason
+        tt.ended_with_text = reason == "text"
+        result.turn_done = True
+        if self.turn + 1 >= self.task.n_turns or reason == "step_limit":
+            self._finish(reason == "step_limit")
+            result.episode_done = True
+        else:
+            result.next_user, result.revealed_tools = self._begin_turn(self.turn + 1)
+        return result
+
+    def _finish(self, forced: bool) -> None:
+        self.done = True
+        self.trace.force_terminated = forced
+        # Turns never reached (after a forced stop) still belong to the trace: empty turns.
+        for k in range(len(self.trace.turns), self.task.n_turns):
+            self.trace.turns.append(TurnTrace(index=k, ended_by="episode_end"))
+
+    # ------------------------------------------------------------------------------------------------------
+    def step(self, message) -> StepResult:
+        """Feed one assistant message (text, or a decoded step for ``fc``); execute what BFCL would.
+
+        The turn ends, as in ``bfcl generate``, on a text answer, on a message BFCL cannot decode, or when
+        nothing decodes; the episode ends after the last turn or when the step cap is exceeded.
+        """
+        result, end_reason = self._record(message)
+        if end_reason is not None:
+            return self._end_turn(end_reason, result)
+        self.steps_in_turn += 1
+        if self.steps_in_turn > self.max_steps_per_turn:
+            return self._end_turn("step_limit", result)
+        return result
+
+    def feed(self, message) -> StepResult:
+        """Replay mode: record and execute one message of the current turn without ending the turn.
+
+        Used to rebuild a trace from a result file, where the file, not the protocol, says where turns end.
+        """
+        result, _ = self._record(message)
+        return result
+
+    def advance(self) -> StepResult:
+        """Replay mode: close the current turn and open the next (or finish the episode)."""
+        tt = self.trace.turns[-1]
+        last = tt.attempts[-1] if tt.attempts else None
+        reason = "text" if last is not None and not last.has_call_attempt else ("episode_end" if last is None else "replay")
+        return self._end_turn(reason, StepResult())
+
+    def _record(self, message) -> tuple[StepResult, str | None]:
+        if self.done:
+            raise RuntimeError("episode is over")
+        if self.turn < 0:
+            raise RuntimeError("call reset() first")
+        decoded = _calls.decode(message, self.call_format)
+        if isinstance(message, str):
+            text = message[:_calls.MAX_TEXT_CHARS]
+        else:
+            text = _safe_dump(message)
+        attempt = Attempt(text=text, calls=decoded.calls)
+        self.trace.turns[-1].attempts.append(attempt)
+        result = StepResult(attempt=attempt)
+        if not decoded.attempted:
+            return result, "text"
+        for rec in decoded.calls:
+            self._annotate(rec)
+        result.failed_calls = [c for c in decoded.calls if c.parse_status != PARSE_OK]
+        if not decoded.decodable:
+            return result, "parse_error"
+        shown = [c for c in decoded.calls if c.parse_status == PARSE_OK or _bfcl_shows_error(c, decoded.form)]
+        if not shown:
+            return result, "parse_error"
+        for rec in shown:
+            if rec.parse_status == PARSE_OK:
+                rec.result, rec.is_error, rec.executed = self.backends.execute(rec.call)
+            else:
+                rec.result, rec.is_error, rec.executed = ERROR_PREFIX + rec.parse_error, True, False
+            result.tool_results.append(ToolResult(name=rec.name or "", call=rec.call or rec.raw[:200],
+                                                  content=rec.result, is_error=rec.is_error))
+        return result, None
+
+    def end_turn(self, reason: str = "token_budget") -> StepResult:
+        """End the current turn from outside (the agent loop's token budget); returns like :meth:`step`."""
+        if self.done:
+            raise RuntimeError("episode is over")
+        return self._end_turn(reason, StepResult())
+
+    def terminate(self, reason: str = "token_budget") -> None:
+        """Stop the episode now (trajectory budget exhausted); remaining turns are recorded empty."""
+        if self.done:
+            return
+        tt = self.trace.turns[-1]
+        tt.ended_by = tt.ended_by or reason
+        self._finish(False)
+        self.trace.meta["terminated_by"] = reason
+
+    def _annotate(self, rec: CallRecord) -> None:
+        if rec.name is None:
+            return
+        rec.known = self.backends.knows(rec.name)
+        rec.available = rec.name in self.offered
+        if rec.parse_status == PARSE_OK and rec.known:
+            kwargs = {k: v for k, v in (rec.arguments or {}).items() if not k.startswith("__arg")}
+            positional = [k for k in (rec.arguments or {}) if k.startswith("__arg")]
+            errs = self.schemas.errors(rec.name, kwargs)
+            if positional:
+                # Positional arguments fill parameters in declaration order; check what they leave missing.
+                tool = self.schemas.tool(rec.name)
+                order = list(tool["function"]["parameters"].get("properties", {})) if tool else []
+                filled = set(order[: len(positional)])
+                errs = [e for e in errs if not (e.startswith("arguments: missing required") and
+                                                all(p.strip() in filled for p in e.split(":", 2)[-1].split(",")))]
+            rec.schema_errors = errs
+
+
+def _bfcl_shows_error(rec: CallRecord, form: str) -> bool:
+    """BFCL turns bad names and non-literal arguments of a decoded message into an execution error the agent
+    sees; a JSON block that did not parse is silently dropped instead."""
+    return form != "json" and rec.parse_status in ("bad_name", "non_literal", "too_large")
+
+
+def _safe_dump(message) -> str:
+    try:
+        return json.dumps(message, ensure_ascii=False, default=repr)[: _calls.MAX_TEXT_CHARS]
+    except (TypeError, ValueError, RecursionError):
+        return repr(type(message))
+
+
+def _all_tools(task: BFCLTask) -> list[dict]:
+    from .schema import to_openai_tool
+
+    return [to_openai_tool(d) for d in task.all_docs()]

@@ -1,0 +1,122 @@
+"""Verifier + Psi for BFCL: from a trace (live rollout or replayed result file) to verdict and labels.
+
+This is the one place that turns the BFCL verifier's evidence into Psi's environment-neutral
+:class:`~seal_verl.diagnosis.TurnCheck` objects, and that rebuilds traces from ``bfcl generate`` result
+entries by replaying them through :class:`~.env.BFCLEnv`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from seal_verl.diagnosis import Diagnosis, TurnCheck, diagnose
+from seal_verl.trace import Trace
+
+from .calls import split_call
+from .env import BFCLEnv
+from .tasks import BFCLTask
+from .verifier import FORCE_TERMINATED, INFERENCE_ERROR, Verdict, verify
+
+
+@dataclass
+class Judgement:
+    """Official verdict, the verdict under the chosen reward semantics, and Psi's labels."""
+
+    task_id: str
+    category: str
+    valid: bool            # official BFCL pass/fail
+    error_type: str
+    reward_valid: bool     # pass/fail under the training semantics (strict abstention if chosen)
+    diagnosis: Diagnosis
+
+    @property
+    def labels(self) -> list[str]:
+        return self.diagnosis.labels
+
+
+def _names(calls: list[str]) -> list[str]:
+    out = []
+    for c in calls:
+        try:
+            out.append(split_call(c)[0])
+        except ValueError:
+            out.append("")
+    return out
+
+
+def turn_checks(verdict: Verdict) -> list[TurnCheck]:
+    return [
+        TurnCheck(
+            abstention=ev.abstention,
+            passed=ev.passed,
+            state_ok=ev.state_ok,
+            response_ok=ev.response_ok,
+            gt_functions=_names(ev.gt_calls),
+            checker_error=ev.checker_error,
+        )
+        for ev in verdict.turns
+    ]
+
+
+def judge_trace(task: BFCLTask, trace: Trace, strict_abstention: bool = False,
+                call_timeout_s: float | None = 10.0) -> Judgement:
+    """Verify a trace's decoded calls and diagnose it.
+
+    A force-terminated trace fails officially (BFCL scores a short result as ``force_terminated``); its
+    turns are still labelled from the calls it made.
+    """
+    decoded = trace.decoded_steps()
+    attempted = [any(a.has_call_attempt for a in t.attempts) for t in trace.turns]
+    official = verify(task, decoded, strict_abstention=False, call_timeout_s=call_timeout_s)
+    if strict_abstention:
+        # Same replay, stricter reading: the first abstention turn with any attempt fails the task.
+        strict_fail = next((k for k, ev in enumerate(official.turns) if ev.abstention and attempted[k]), None)
+        if strict_fail is not None and (official.failed_turn is None or strict_fail < official.failed_turn):
+            verdict = verify(task, decoded, strict_abstention=True, attempted=attempted,
+                             call_timeout_s=call_timeout_s)
+        else:
+            verdict = official
+    else:
+        verdict = official
+    valid, error_type = official.valid, official.error_type
+    if trace.force_terminated:
+        valid, error_type = False, FORCE_TERMINATED
+    reward_valid = verdict.valid and not trace.force_terminated
+    return Judgement(task_id=task.id, category=task.category, valid=valid, error_type=error_type,
+                     reward_valid=reward_valid, diagnosis=diagnose(trace, turn_checks(verdict)))
+
+
+def replay_result(task: BFCLTask, result, call_format: str = "auto", call_timeout_s: float | None = 10.0) -> Trace:
+    """Rebuild a trace from one ``bfcl generate`` result (``result[turn][step]``) by replaying it.
+
+    ``call_format`` ``auto`` decodes each step by its form: a list/dict is an API model's decoded
+    function-calling step, text with ``<tool_call>`` is Qwen-style JSON, other text is BFCL's Python list.
+    """
+    env = BFCLEnv(task, call_format=call_format, call_timeout_s=call_timeout_s)
+    env.reset()
+    for k, steps in enumerate(result):
+        for step in steps if isinstance(steps, list) else [steps]:
+            env.feed(step)
+        if not env.done:
+            env.advance()
+    return env.trace
+
+
+def judge_result(task: BFCLTask, result, call_format: str = "auto", strict_abstention: bool = False) -> Judgement:
+    """Official verdict and labels for one result entry, scored exactly as BFCL scores it.
+
+    A result that is not a list (an inference-error string) fails as ``multi_turn:inference_error``; one
+    whose turn count differs from the ground truth as ``multi_turn:force_terminated``. Both still get one
+    label per ground-truth turn (turns the model never produced count as turns without a call).
+    """
+    if not isinstance(result, list):
+        trace = replay_result(task, [[] for _ in range(task.n_turns)], call_format)
+        j = judge_trace(task, trace, strict_abstention)
+        j.valid, j.error_type, j.reward_valid = False, INFERENCE_ERROR, False
+        return j
+    n = task.n_turns
+    short = len(result) != n
+    padded = list(result[:n]) + [[] for _ in range(n - len(result))]
+    trace = replay_result(task, padded, call_format)
+    trace.force_terminated = short
+    return judge_trace(task, trace, strict_abstention)

@@ -1,0 +1,166 @@
+"""BFCL multi-turn verification with BFCL's exact semantics, on safe execution, with per-turn evidence.
+
+The official checker (``bfcl_eval...multi_turn_checker``) replays the model's decoded calls and the ground
+truth turn by turn on separate instances, skips turns whose ground truth is empty, compares every public
+attribute of every involved instance, then requires the turn's ground-truth results to be a multiset subset
+of all model results so far, and stops at the first failing turn. :func:`verify` returns that same verdict
+(``valid``, ``error_type``, ``failed_turn``) and, for SEAL's diagnosis, evidence for *every* turn:
+
+- up to and including the first failing turn, the evidence is the official cumulative judgement;
+- after it, each turn is judged counterfactually: the model's calls of that turn replayed on a copy of the
+  ground-truth state at the start of the turn, so one early mistake does not mark every later turn.
+
+No check runs on instances another check has mutated: the cumulative model path, the ground-truth path and
+every counterfactual copy are separate objects. Calls are executed by :class:`~.backends.Backends`, never by
+``eval``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .backends import Backends
+from .calls import split_call
+from .tasks import BFCLTask
+
+EMPTY_TURN = "multi_turn:empty_turn_model_response"
+STATE_MISMATCH = "multi_turn:instance_state_mismatch"
+RESPONSE_MISMATCH = "multi_turn:execution_response_mismatch"
+FORCE_TERMINATED = "multi_turn:force_terminated"
+INFERENCE_ERROR = "multi_turn:inference_error"
+SPURIOUS_CALL = "multi_turn:abstention_violated"  # only under strict abstention
+CHECKER_ERROR = "checker_error"
+
+
+@dataclass
+class TurnEvidence:
+    """What the verifier found for one ground-truth turn.
+
+    ``checked`` is false for abstention turns (empty ground truth) that the official score skips.
+    ``counterfactual`` is true when the turn was judged from the ground-truth state at its start.
+    ``model_calls``: the decoded call strings of the turn; ``model_results``: their results (as replayed for
+    this judgement); ``missing_results``: ground-truth results absent from the model's results.
+    ``state_diff``: ``{class: [attribute, ...]}`` of differing public attributes.
+    """
+
+    index: int
+    abstention: bool
+    gt_calls: list = field(default_factory=list)
+    model_calls: list = field(default_factory=list)
+    model_results: list = field(default_factory=list)
+    gt_results: list = field(default_factory=list)
+    checked: bool = True
+    counterfactual: bool = False
+    empty: bool = False
+    state_ok: bool = True
+    response_ok: bool = True
+    state_diff: dict = field(default_factory=dict)
+    missing_results: list = field(default_factory=list)
+    checker_error: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return not self.checker_error and (not self.checked or (not self.empty and self.state_ok and self.response_ok))
+
+
+@dataclass
+class Verdict:
+    """The task-level verdict (official semantics unless ``strict_abstention``) and per-turn evidence."""
+
+    valid: bool
+    error_type: str = ""
+    failed_turn: int | None = None
+    turns: list = field(default_factory=list)  # list[TurnEvidence]
+
+
+def gt_function_names(call: str) -> str:
+    return split_call(call)[0]
+
+
+def _compare(model: Backends, gt: Backends) -> dict:
+    """BFCL's state check: every public attribute of each ground-truth instance must equal the model's."""
+    diff: dict[str, list[str]] = {}
+    for class_name, gt_inst in gt.instances.items():
+        model_inst = model.instances[class_name]
+        for attr in vars(gt_inst):
+            if attr.startswith("_"):
+                continue
+            if getattr(model_inst, attr) != getattr(gt_inst, attr):
+                diff.setdefault(class_name, []).append(attr)
+    return diff
+
+
+def _missing(gt_results: list, model_results: list) -> list:
+    """Ground-truth results not covered by the model's results (multiset, order-free)."""
+    pool = list(model_results)
+    missing = []
+    for item in gt_results:
+        try:
+            pool.remove(item)
+        except ValueError:
+            missing.append(item)
+    return missing
+
+
+def verify(task: BFCLTask, decoded: list, strict_abstention: bool = False, attempted: list | None = None,
+           call_timeout_s: float | None = 10.0) -> Verdict:
+    """Verify a model's decoded calls for ``task``.
+
+    Args:
+        task: the BFCL task.
+        decoded: per turn, per step, the decoded call strings (steps without calls already dropped), as
+            BFCL's evaluation builds it. Must have one entry per ground-truth turn.
+        strict_abstention: also fail the task when the model attempted a call on an abstention turn (the
+            official score does not; the training reward may).
+        attempted: per turn, whether any tool-call attempt (decodable or not) happened; used only with
+            ``strict_abstention``. Defaults to "decoded calls exist".
+        call_timeout_s: per-call time limit for replayed calls.
+    """
+    n = task.n_turns
+    if len(decoded) != n:
+        raise ValueError(f"{task.id}: {len(decoded)} decoded turns for {n} ground-truth turns")
+    model = Backends(task.involved_classes, task.initial_config, task.long_context, call_timeout_s)
+    gt = Backends(task.involved_classes, task.initial_config, task.long_context, call_timeout_s)
+    all_model_results: list[str] = []
+    verdict = Verdict(valid=True)
+    for k in range(n):
+        gt_calls = list(task.ground_truth[k])
+        steps = [s for s in decoded[k] if s]
+        flat = [c for s in steps for c in s]
+        ev = TurnEvidence(index=k, abstention=not gt_calls, gt_calls=gt_calls, model_calls=flat)
+        verdict.turns.append(ev)
+        try:
+            judged_cf = verdict.failed_turn is not None and bool(gt_calls)
+            gt_start = gt.copy() if judged_cf else None
+            results = [model.execute(c)[0] for c in flat]
+            ev.gt_results = [gt.execute(c)[0] for c in gt_calls]
+            prior = list(all_model_results)
+            all_model_results.extend(results)
+            ev.model_results = results
+            if not gt_calls:
+                ev.checked = False
+                tried = (attempted[k] if attempted is not None else bool(flat))
+                if strict_abstention and tried and verdict.failed_turn is None:
+                    verdict.valid, verdict.error_type, verdict.failed_turn = False, SPURIOUS_CALL, k
+                continue
+            if judged_cf:
+                ev.counterfactual = True
+                ev.model_results = [gt_start.execute(c)[0] for c in flat]
+                compare_to, so_far = gt_start, prior + ev.model_results
+            else:
+                compare_to, so_far = model, all_model_results
+            if not steps:
+                ev.empty = True
+            ev.state_diff = _compare(compare_to, gt)
+            ev.state_ok = not ev.state_diff
+            ev.missing_results = _missing(ev.gt_results, so_far)
+            ev.response_ok = not ev.missing_results
+            if verdict.failed_turn is None and not ev.passed:
+                verdict.valid = False
+                verdict.failed_turn = k
+                verdict.error_type = EMPTY_TURN if ev.empty else (STATE_MISMATCH if not ev.state_ok else RESPONSE_MISMATCH)
+        except Exception as exc:  # noqa: BLE001 - a verifier failure is recorded, never raised into training
+            ev.checker_error = f"{type(exc).__name__}: {exc}"[:500]
+            if verdict.failed_turn is None:
+                verdict.valid, verdict.error_type, verdict.failed_turn = False, CHECKER_ERROR, k
+    return verdict
