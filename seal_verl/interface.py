@@ -92,7 +92,11 @@ _PARSE_ERROR_CHARS = 160  # longest excerpt of the parser's own message rendered
 
 
 def kinds_in_family(family: str) -> tuple[str, ...]:
-    """Names of the cue kinds in ``family`` (one of ``FAMILIES``)."""
+    """Names of the cue kinds of one family.
+
+    Args:
+        family: one of ``FAMILIES``.
+    """
     if family not in FAMILIES:
         raise ValueError(f"unknown cue family {family!r}; families: {', '.join(FAMILIES)}")
     return tuple(k for k, v in CUE_KINDS.items() if v.family == family)
@@ -289,12 +293,20 @@ def evolve(state: InterfaceState, prevalence: dict[str, float], cfg: InterfaceCo
 
 
 def active_kinds(state: InterfaceState) -> set[str]:
-    """The names of the kinds that are on in ``state``."""
+    """The names of the kinds that are on.
+
+    Args:
+        state: the interface state to read.
+    """
     return {k for k, on in state.active.items() if on}
 
 
 def active_families(state: InterfaceState) -> set[str]:
-    """The families with at least one active kind in ``state``."""
+    """The families with at least one active kind.
+
+    Args:
+        state: the interface state to read.
+    """
     return {CUE_KINDS[k].family for k in active_kinds(state)}
 
 
@@ -342,8 +354,8 @@ def _type_text(schema: Any, depth: int = 0) -> str:
         text = f"{text} {{{_params_text(schema, depth + 1)}}}"
     enum = schema.get("enum")
     if isinstance(enum, list) and enum:
-        members = ", ".join(json.dumps(m, ensure_ascii=False) for m in enum)
-        text = f"{text}, one of [{members}]"
+        # the members imply the type; "|" keeps them apart from the ", " between parameters
+        text = "one of " + "|".join(json.dumps(m, ensure_ascii=False) for m in enum)
     return text
 
 
@@ -362,7 +374,7 @@ def schema_cue(tools: list[dict], names: Optional[list[str]] = None, max_chars: 
     """phi_schema: the constraints implicit in the tool schemas, one compact line per function.
 
     Example line: ``- sort(file_name*: string, reverse: boolean)`` (``*`` marks required parameters;
-    enum members are listed as ``one of [...]``). Descriptions are left out: the agent already sees the full
+    enum members are listed as ``one of "a"|"b"``). Descriptions are left out: the agent already sees the full
     docs, the cue only pulls out what calls most often get wrong.
 
     Args:
@@ -608,6 +620,11 @@ def capability_cue(prevalence: dict[str, float], active: set[str], max_chars: in
 
 
 def cue_stats(text: str) -> dict[str, int]:
-    """Size of a cue for metrics: characters, lines, and 1 when empty. Tokens are counted by callers,
-    which own the tokenizer."""
+    """Size of a cue for metrics: characters, lines, and 1 when empty.
+
+    Tokens are counted by callers, which own the tokenizer.
+
+    Args:
+        text: a rendered cue.
+    """
     return {"chars": len(text), "lines": len(text.splitlines()), "empty": int(len(text) == 0)}

@@ -66,6 +66,11 @@ def format_result(value: Any) -> str:
     return str(value)
 
 
+def is_error_result(value: Any) -> bool:
+    """BFCL backends report most failures by returning ``{"error": ...}`` rather than raising."""
+    return type(value) == dict and "error" in value  # noqa: E721
+
+
 def public_state(instance: Any) -> dict:
     """The attributes BFCL's state checker compares: every public instance attribute."""
     return {k: v for k, v in vars(instance).items() if not k.startswith("_")}
@@ -142,7 +147,8 @@ class Backends:
         method = getattr(self.instances[class_name], method_name)
         if self.call_timeout_s is None:
             try:
-                return format_result(method(*args, **kwargs)), False, True
+                value = method(*args, **kwargs)
+                return format_result(value), is_error_result(value), True
             except BaseException as exc:  # noqa: BLE001 - a backend failure is the agent's observation
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                     raise
@@ -168,7 +174,8 @@ class Backends:
 
 def _run_call(method, args, kwargs) -> tuple[str, bool, bool]:
     try:
-        return format_result(method(*args, **kwargs)), False, True
+        value = method(*args, **kwargs)
+        return format_result(value), is_error_result(value), True
     except Exception as exc:  # noqa: BLE001
         return ERROR_PREFIX + _safe_str(exc), True, True
 

@@ -1,0 +1,107 @@
+"""The ``seal-verl`` command line.
+
+    seal-verl diagnose RESULT_FILE_OR_DIR... [--out labels.jsonl] [--plot labels.png]
+    seal-verl demo-results OUT.jsonl          # writes a demo result file with every failure kind
+
+Subcommands import their environment lazily so ``seal-verl --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _cmd_diagnose(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from env_wrappers.bfcl.judge import judge_result
+    from env_wrappers.bfcl.result_files import ReadProblem, count_lines, expand_paths, read_entries
+    from env_wrappers.bfcl.tasks import load_tasks
+
+    from .report import format_table, plot, summarise
+
+    tasks = load_tasks()
+    files = expand_paths(args.inputs)
+    if not files:
+        print("error: no result files found in the given paths", file=sys.stderr)
+        return 2
+    total = sum(count_lines(p) for p in files)
+    out = open(args.out, "w") if args.out else None
+    rows, problems = [], []
+    show_bar = not args.no_progress and total >= args.progress_min
+    try:
+        with tqdm(total=total, desc="diagnosing", unit="task", disable=not show_bar, file=sys.stderr) as bar:
+            for path in files:
+                for item in read_entries(path, tasks):
+                    bar.update(1)
+                    if isinstance(item, ReadProblem):
+                        problems.append(item)
+                        print(f"warning: {item}", file=sys.stderr)
+                        continue
+                    task = tasks[item.id]
+                    j = judge_result(task, item.result, call_format=args.format,
+                                     strict_abstention=args.strict_abstention)
+                    valid = j.reward_valid if args.strict_abstention else j.valid
+                    rows.append((task.category, valid, j.labels))
+                    if out:
+                        rec = {"id": item.id, "valid": valid, "labels": j.labels}
+                        if j.error_type:
+                            rec["error_type"] = j.error_type
+                        out.write(json.dumps(rec) + "\n")
+                        out.flush()
+    finally:
+        if out:
+            out.close()
+    stats = summarise(rows)
+    if stats:
+        print(format_table(stats))
+    if args.plot and stats:
+        plot(stats, args.plot, title=f"{len(rows)} tasks")
+        print(f"plot written to {args.plot}")
+    if problems:
+        print(f"{len(problems)} line(s) skipped; see the warnings above", file=sys.stderr)
+    if not rows:
+        print("error: no valid result entries", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_demo_results(args: argparse.Namespace) -> int:
+    from env_wrappers.bfcl.demo import write_demo_results
+
+    n = write_demo_results(args.out)
+    print(f"wrote {n} demo result entries to {args.out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="seal-verl", description="SEAL for verl: diagnosis, data, training glue.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("diagnose", help="label every turn of bfcl generate result files with Psi")
+    d.add_argument("inputs", nargs="+", help="result files (JSONL) or folders containing them")
+    d.add_argument("--out", help="write one JSON line per task: {id, valid, labels[, error_type]}")
+    d.add_argument("--plot", help="draw accuracy and label prevalence per category to this PNG")
+    d.add_argument("--format", default="auto", choices=["auto", "json", "python", "fc"],
+                   help="how model steps encode calls (auto: decide per step by its form)")
+    d.add_argument("--strict-abstention", action="store_true",
+                   help="also fail tasks with a tool call on an abstention turn (not the official score)")
+    d.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    d.add_argument("--progress-min", type=int, default=50, help=argparse.SUPPRESS)
+    d.set_defaults(func=_cmd_diagnose)
+
+    r = sub.add_parser("demo-results", help="write a demo result file with every failure kind")
+    r.add_argument("out")
+    r.set_defaults(func=_cmd_demo_results)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,333 @@
+"""The closed loop (DESIGN 2.6): C_t -> Omega_{t+1}, rho_{t+1}, with persistence and ablation switches.
+
+Per training step: the rollouts' labels and rewards are aggregated into C_t, the prevalence EMA is updated,
+and, in the full method, the interface evolves from the EMA and (if dynamic) rho moves towards the failures
+that are common and unsolved. The state is small plain data, saved with each checkpoint and restored on
+resume, so a resumed run continues with the same interface and utilities.
+
+The paper's ablations are switches, not code paths elsewhere:
+
+- ``env_side=False``: no cues at all (the interface is all-off forever);
+- ``reweighting=False``: w = 1 for every trajectory (``reweighting_enabled`` tells the trainer hook);
+- ``closed_loop=False``: a fixed interface with every cue kind on and static rho: labels still drive the
+  weights and the per-error feedback, but nothing adapts across steps.
+
+With ``env_side`` and ``reweighting`` both off the run is vanilla GRPO. No Ray, verl or torch import here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Optional
+
+from seal_verl import taxonomy as tx
+from seal_verl.interface import (
+    CUE_KINDS,
+    InterfaceConfig,
+    InterfaceState,
+    active_kinds,
+    evolve,
+    initial_state,
+)
+from seal_verl.profile import StepProfile, TrajectoryRecord, aggregate, ema_update
+from seal_verl.weighting import WeightingConfig, update_rho
+
+__all__ = [
+    "SealSwitches",
+    "ClosedLoopState",
+    "effective_interface_config",
+    "initial",
+    "closed_loop_step",
+    "metrics",
+    "STATE_FORMAT_VERSION",
+]
+
+#: Written into every saved state; bump when the layout changes incompatibly.
+STATE_FORMAT_VERSION = 1
+
+_ROUND = 6  # decimals kept in history rows: enough for plots, keeps the checkpoint file small
+
+
+@dataclass
+class SealSwitches:
+    """The ablation switches of DESIGN 2.6.
+
+    Attributes:
+        env_side: the training-time interface adds cues.
+        reweighting: trajectory weights scale the advantages (else w = 1).
+        closed_loop: interface and rho adapt from C_t (else all cue kinds on, static rho).
+    """
+
+    env_side: bool = True
+    reweighting: bool = True
+    closed_loop: bool = True
+
+    @property
+    def vanilla(self) -> bool:
+        """True when neither side of SEAL acts: the run is plain GRPO."""
+        return not self.env_side and not self.reweighting
+
+    def to_dict(self) -> dict[str, bool]:
+        """A JSON-serialisable dict."""
+        return {"env_side": self.env_side, "reweighting": self.reweighting, "closed_loop": self.closed_loop}
+
+    @classmethod
+    def from_dict(cls, d: Optional[dict[str, Any]]) -> "SealSwitches":
+        """Build from a plain dict; unknown keys raise ``ValueError`` listing the allowed ones.
+
+        Args:
+            d: switch values; ``None`` or ``{}`` gives the full method.
+        """
+        d = dict(d or {})
+        allowed = [f.name for f in fields(cls)]
+        unknown = sorted(set(d) - set(allowed))
+        if unknown:
+            raise ValueError(f"unknown SEAL switch(es) {unknown}; allowed keys: {', '.join(allowed)}")
+        for k, v in d.items():
+            if not isinstance(v, bool):
+                raise ValueError(f"SEAL switch {k!r} must be a boolean, got {v!r}")
+        return cls(**d)
+
+
+def effective_interface_config(switches: SealSwitches, cfg: InterfaceConfig) -> InterfaceConfig:
+    """The interface configuration the switches imply (a copy; ``cfg`` is not modified).
+
+    Args:
+        switches: the ablation switches.
+        cfg: the configured interface.
+
+    Returns:
+        ``enabled=False`` without the environment side; ``fixed_all_on=True`` without the closed loop;
+        ``cfg`` unchanged otherwise.
+    """
+    if not switches.env_side:
+        return replace(cfg, enabled=False)
+    if not switches.closed_loop:
+        return replace(cfg, fixed_all_on=True)
+    return replace(cfg)
+
+
+def _rounded(d: dict[str, float]) -> dict[str, float]:
+    return {k: round(float(v), _ROUND) for k, v in d.items()}
+
+
+@dataclass
+class ClosedLoopState:
+    """Everything the loop carries across steps (saved with checkpoints).
+
+    Attributes:
+        step: number of closed-loop steps applied (the index of the next step).
+        interface: Omega_t, the interface the next rollouts run under.
+        rho: rho_t, the utilities the next weights use.
+        base_rho: the configured utilities dynamic rho is anchored to.
+        prevalence_ema: EMA of the prevalence over steps (``None`` before the first step with labels).
+        history: one compact row per step (see ``closed_loop_step``).
+    """
+
+    step: int
+    interface: InterfaceState
+    rho: dict[str, float]
+    base_rho: dict[str, float]
+    prevalence_ema: Optional[dict[str, float]] = None
+    history: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def initial(
+        cls, switches: SealSwitches, interface_cfg: InterfaceConfig, weighting_cfg: WeightingConfig
+    ) -> "ClosedLoopState":
+        """The state before the first step.
+
+        Args:
+            switches: the ablation switches (decide whether the interface starts all-off or all-on).
+            interface_cfg: the interface configuration.
+            weighting_cfg: supplies the base utilities (validated with ``taxonomy.check_rho``).
+        """
+        base = tx.check_rho(weighting_cfg.rho)
+        return cls(
+            step=0,
+            interface=initial_state(effective_interface_config(switches, interface_cfg)),
+            rho=dict(base),
+            base_rho=dict(base),
+            prevalence_ema=None,
+            history=[],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict, tagged with ``STATE_FORMAT_VERSION``."""
+        return {
+            "version": STATE_FORMAT_VERSION,
+            "step": int(self.step),
+            "interface": self.interface.to_dict(),
+            "rho": dict(self.rho),
+            "base_rho": dict(self.base_rho),
+            "prevalence_ema": None if self.prevalence_ema is None else dict(self.prevalence_ema),
+            "history": json.loads(json.dumps(self.history)),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ClosedLoopState":
+        """Inverse of ``to_dict``; rejects another format version and invalid utilities.
+
+        Args:
+            d: a dict from ``to_dict`` (e.g. read back from a checkpoint).
+        """
+        version = d.get("version", STATE_FORMAT_VERSION)
+        if version != STATE_FORMAT_VERSION:
+            raise ValueError(f"closed-loop state has format version {version}; this code reads {STATE_FORMAT_VERSION}")
+        ema = d.get("prevalence_ema")
+        return cls(
+            step=int(d["step"]),
+            interface=InterfaceState.from_dict(d["interface"]),
+            rho=tx.check_rho(d["rho"]),
+            base_rho=tx.check_rho(d["base_rho"]),
+            prevalence_ema=None if ema is None else {k: float(v) for k, v in ema.items()},
+            history=json.loads(json.dumps(d.get("history", []))),
+        )
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the state as JSON atomically: a temporary file in the same directory, fsynced, then
+        ``os.replace``. A crash mid-write leaves the previous file intact, never a truncated one that would
+        break the resume.
+
+        Args:
+            path: destination file; its directory is created if missing.
+        """
+        path = os.fspath(path)
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        payload = json.dumps(self.to_dict(), indent=1, sort_keys=True)  # serialise before touching the disk
+        fd, tmp = tempfile.mkstemp(prefix=".seal_state.", suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(payload)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "ClosedLoopState":
+        """Read a state written by ``save``.
+
+        Args:
+            path: the file.
+        """
+        with open(path, encoding="utf-8") as fh:
+            return cls.from_dict(json.load(fh))
+
+
+def initial(switches: SealSwitches, interface_cfg: InterfaceConfig, weighting_cfg: WeightingConfig) -> ClosedLoopState:
+    """Module-level alias of ``ClosedLoopState.initial`` (same arguments)."""
+    return ClosedLoopState.initial(switches, interface_cfg, weighting_cfg)
+
+
+def closed_loop_step(
+    state: ClosedLoopState,
+    records: list[TrajectoryRecord],
+    switches: SealSwitches,
+    interface_cfg: InterfaceConfig,
+    weighting_cfg: WeightingConfig,
+) -> tuple[ClosedLoopState, StepProfile]:
+    """One step of the loop; pure, returns the new state and the step's profile C_t.
+
+    1. C_t = ``aggregate(records)``.
+    2. The prevalence EMA (rate ``interface_cfg.ema_beta``) is updated, unless the step has no labelled turn:
+       an empty step is absence of evidence, not evidence that failures vanished.
+    3. Interface: all-off without ``env_side``; all-on without ``closed_loop``; otherwise
+       ``evolve`` from the EMA (skipped on a step without labelled turns, so that no "below threshold"
+       streak is counted from no data).
+    4. rho: ``update_rho`` only with ``closed_loop``, ``reweighting`` and ``weighting_cfg.dynamic``; static
+       otherwise (without reweighting rho is unused, and keeping it fixed keeps the logs honest).
+    5. A history row is appended: ``step``, ``n_trajectories``, ``success_rate``, ``prevalence`` (C_t),
+       ``prevalence_ema``, ``active`` (sorted kinds of Omega_{t+1}), ``rho`` (rho_{t+1}).
+    6. ``step`` is incremented.
+
+    Args:
+        state: the state after the previous step.
+        records: this step's trajectories (labels, abstention flags, category, reward).
+        switches: the ablation switches.
+        interface_cfg: thresholds, patience, EMA rate.
+        weighting_cfg: dynamic-rho parameters.
+    """
+    sp = aggregate(records)
+    has_evidence = sp.n_turns > 0
+    ema = ema_update(state.prevalence_ema, sp.prevalence, interface_cfg.ema_beta) if has_evidence else (
+        None if state.prevalence_ema is None else dict(state.prevalence_ema)
+    )
+
+    eff = effective_interface_config(switches, interface_cfg)
+    if not eff.enabled or eff.fixed_all_on or has_evidence:
+        interface = evolve(state.interface, ema or {}, eff)
+    else:
+        interface = replace(
+            state.interface,
+            active=dict(state.interface.active),
+            streak_below=dict(state.interface.streak_below),
+            step=state.interface.step + 1,
+        )
+
+    if switches.closed_loop and switches.reweighting and weighting_cfg.dynamic:
+        rho = update_rho(state.rho, state.base_rho, sp, weighting_cfg)
+    else:
+        rho = dict(state.rho)
+
+    row = {
+        "step": state.step,
+        "n_trajectories": sp.n_trajectories,
+        "success_rate": round(sp.success_rate, _ROUND),
+        "prevalence": _rounded(sp.prevalence),
+        "prevalence_ema": None if ema is None else _rounded(ema),
+        "active": sorted(active_kinds(interface)),
+        "rho": _rounded(rho),
+    }
+    new_state = ClosedLoopState(
+        step=state.step + 1,
+        interface=interface,
+        rho=rho,
+        base_rho=dict(state.base_rho),
+        prevalence_ema=ema,
+        history=[dict(h) for h in state.history] + [row],
+    )
+    return new_state, sp
+
+
+def metrics(state: ClosedLoopState, step_profile: StepProfile) -> dict[str, float]:
+    """Flat scalar metrics for the trainer's logger, all under ``seal/``.
+
+    Names: ``seal/prevalence/<key>`` (C_t), ``seal/prevalence_ema/<key>``,
+    ``seal/prevalence_by_category/<category>/<key>``, ``seal/cue_active/<kind>`` (0/1), ``seal/rho/<key>``,
+    ``seal/success_rate``, ``seal/success_rate_by_category/<category>``, ``seal/n_trajectories``, ``seal/n_turns``,
+    ``seal/n_checker_errors``, ``seal/step``.
+
+    Args:
+        state: the state to report (normally the one ``closed_loop_step`` just returned).
+        step_profile: the C_t of the same step.
+    """
+    out: dict[str, float] = {}
+    for key in tx.PROFILE_KEYS:
+        out[f"seal/prevalence/{key}"] = float(step_profile.prevalence.get(key, 0.0))
+        if state.prevalence_ema is not None:
+            out[f"seal/prevalence_ema/{key}"] = float(state.prevalence_ema.get(key, 0.0))
+    for cat, prev in step_profile.prevalence_by_category.items():
+        for key in tx.PROFILE_KEYS:
+            out[f"seal/prevalence_by_category/{cat}/{key}"] = float(prev.get(key, 0.0))
+    for kind in CUE_KINDS:
+        out[f"seal/cue_active/{kind}"] = 1.0 if state.interface.active.get(kind, False) else 0.0
+    for key in tx.PROFILE_KEYS:
+        out[f"seal/rho/{key}"] = float(state.rho[key])
+    out["seal/success_rate"] = float(step_profile.success_rate)
+    for cat, rate in step_profile.success_rate_by_category.items():
+        out[f"seal/success_rate_by_category/{cat}"] = float(rate)
+    out["seal/n_trajectories"] = float(step_profile.n_trajectories)
+    out["seal/n_turns"] = float(step_profile.n_turns)
+    out["seal/n_checker_errors"] = float(step_profile.n_checker_errors)
+    out["seal/step"] = float(state.step)
+    return out

@@ -1,0 +1,245 @@
+"""The ``seal_grpo`` advantage estimator and the reward extras it is fed from.
+
+verl calls a registered estimator with token rewards, the response mask, the uid index and the algorithm
+config only, never with per-sample data. The trainer-side glue (the V1 trainer subclass in ``trainer.py``,
+or the legacy ``compute_advantage`` wrapper in ``legacy.py``) therefore reads the reward extras itself,
+computes the per-trajectory weights and activates a ``WeightPlan`` around verl's own advantage
+computation; the estimator then computes verl's GRPO outcome advantage (group-normalised) and multiplies it
+by the plan's weights (``seal_verl.weighting.apply_weights``).
+
+Outside an active plan the estimator raises ``SealWiringError``: selecting ``seal_grpo`` without the part
+that supplies labels is an error at the first advantage computation, never a silent weight of 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional
+
+import numpy as np
+
+from seal_verl import taxonomy as tx
+from seal_verl.verl_glue.config import SEAL_GRPO
+
+#: Reward-extra key carrying p_j(z) for each profile key.
+PROFILE_PREFIX = "seal_p_"
+PROFILE_FIELDS: tuple[str, ...] = tuple(PROFILE_PREFIX + k for k in tx.PROFILE_KEYS)
+LABELS_FIELD = "seal_labels"
+ABSTENTION_FIELD = "seal_abstention"
+CATEGORY_FIELD = "seal_category"
+SCORE_FIELD = "score"
+#: Every reward extra the trainer side reads.
+REQUIRED_FIELDS: tuple[str, ...] = PROFILE_FIELDS + (LABELS_FIELD, ABSTENTION_FIELD, CATEGORY_FIELD, SCORE_FIELD)
+
+
+class SealWiringError(RuntimeError):
+    """SEAL's trainer side is not wired: estimator without labels, missing reward extras, misalignment."""
+
+
+_HINT = (
+    "algorithm.adv_estimator=seal_grpo needs the SEAL trainer side: with the V1 trainer (verl's default) set "
+    "trainer.v1.trainer_mode=seal; with trainer.use_v1=false the seal_verl plugin's compute_advantage wrapper "
+    "does it (check that the plugin is installed: `pip install -e .` registers the verl.plugins entry point). "
+    "The reward function must return the seal_* extras (reward.custom_reward_function -> "
+    "reward_fns/bfcl_reward.py:compute_score)."
+)
+
+
+# --------------------------------------------------------------------------------------------------------
+# reward extras -> profiles and records
+# --------------------------------------------------------------------------------------------------------
+
+
+def _scalar(value: Any) -> Any:
+    """Unwrap numpy scalars / 0-d arrays and 1-element containers that batching wraps values in."""
+    if isinstance(value, np.ndarray):
+        if value.ndim == 0 or value.size == 1:
+            return value.reshape(-1)[0].item() if value.dtype != object else value.reshape(-1)[0]
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _json_list(value: Any, key: str, row: int) -> list:
+    value = _scalar(value)
+    if isinstance(value, (bytes, bytearray)):
+        value = value.decode()
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise SealWiringError(f"reward extra {key!r} of row {row} is not valid JSON: {value[:200]!r}") from e
+    if not isinstance(value, list):
+        raise SealWiringError(f"reward extra {key!r} of row {row} must be a JSON list, got {value!r}")
+    return value
+
+
+def check_extras_present(keys: Any, where: str) -> None:
+    """Raise ``SealWiringError`` listing the missing SEAL reward extras among ``keys``."""
+    present = set(keys)
+    missing = [k for k in REQUIRED_FIELDS if k not in present]
+    if missing:
+        shown = ", ".join(missing[:6]) + (f" (+{len(missing) - 6} more)" if len(missing) > 6 else "")
+        raise SealWiringError(f"SEAL reward extras missing from {where}: {shown}. {_HINT}")
+
+
+def profile_from_extras(extras: dict, row: int = 0) -> dict[str, float]:
+    """p_j(z) from one sample's reward extras (``seal_p_<key>`` for every key of ``PROFILE_KEYS``)."""
+    out = {}
+    for key, fieldname in zip(tx.PROFILE_KEYS, PROFILE_FIELDS):
+        if fieldname not in extras:
+            check_extras_present(extras.keys(), f"the reward extras of row {row}")
+        try:
+            out[key] = float(_scalar(extras[fieldname]))
+        except (TypeError, ValueError):
+            raise SealWiringError(f"reward extra {fieldname!r} of row {row} is not a number: {extras[fieldname]!r}")
+    return out
+
+
+def record_from_extras(extras: dict, row: int = 0):
+    """The ``TrajectoryRecord`` (category, labels, abstention, reward=score) of one sample."""
+    from seal_verl.profile import TrajectoryRecord
+
+    check_extras_present(extras.keys(), f"the reward extras of row {row}")
+    labels = _json_list(extras[LABELS_FIELD], LABELS_FIELD, row)
+    abstention = [bool(x) for x in _json_list(extras[ABSTENTION_FIELD], ABSTENTION_FIELD, row)]
+    category = _scalar(extras[CATEGORY_FIELD])
+    try:
+        reward = float(_scalar(extras[SCORE_FIELD]))
+    except (TypeError, ValueError):
+        raise SealWiringError(f"reward extra 'score' of row {row} is not a number: {extras[SCORE_FIELD]!r}")
+    try:
+        return TrajectoryRecord(category=str(category), labels=[str(x) for x in labels], abstention=abstention, reward=reward)
+    except ValueError as e:
+        raise SealWiringError(f"reward extras of row {row} do not form a valid trajectory record: {e}") from e
+
+
+def rows_from_non_tensor_batch(non_tensor_batch: dict, n: int) -> list[dict]:
+    """Per-row dicts of the SEAL extras from a DataProto's ``non_tensor_batch`` (legacy trainer)."""
+    check_extras_present(non_tensor_batch.keys(), "the batch (DataProto.non_tensor_batch)")
+    rows = []
+    for i in range(n):
+        rows.append({k: non_tensor_batch[k][i] for k in REQUIRED_FIELDS})
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------------
+# the weight plan and the estimator
+# --------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class WeightPlan:
+    """Per-row weights for the next advantage computation, aligned with the batch rows by uid order."""
+
+    uids: np.ndarray
+    weights: Any  # torch.Tensor [bs]
+    apply_to: str = "all"
+    used: int = 0
+
+    def check_alignment(self, index: Any) -> None:
+        index = np.asarray(index, dtype=object)
+        if len(index) != len(self.uids) or not np.array_equal(index, self.uids):
+            raise SealWiringError(
+                f"seal_grpo received {len(index)} rows whose uids do not match the {len(self.uids)} rows the "
+                "weights were computed for (row order changed between reading the extras and computing the "
+                "advantage)"
+            )
+
+
+_ACTIVE_PLAN: contextvars.ContextVar[Optional[WeightPlan]] = contextvars.ContextVar("seal_weight_plan", default=None)
+
+
+def active_plan() -> Optional[WeightPlan]:
+    return _ACTIVE_PLAN.get()
+
+
+@contextlib.contextmanager
+def weight_plan(plan: WeightPlan) -> Iterator[WeightPlan]:
+    """Make ``plan`` the one ``seal_grpo`` uses inside the block."""
+    token = _ACTIVE_PLAN.set(plan)
+    try:
+        yield plan
+    finally:
+        _ACTIVE_PLAN.reset(token)
+
+
+def _cfg_get(config: Any, key: str, default: Any) -> Any:
+    if config is None:
+        return default
+    if hasattr(config, "get"):
+        try:
+            value = config.get(key, default)
+            return default if value is None else value
+        except (TypeError, AttributeError):
+            pass
+    return getattr(config, key, default)
+
+
+def seal_grpo_advantage(
+    token_level_rewards,
+    response_mask,
+    index: Optional[np.ndarray] = None,
+    config: Any = None,
+    epsilon: float = 1e-6,
+    **kwargs: Any,
+):
+    """GRPO outcome advantage (verl's ``compute_grpo_outcome_advantage``) times the SEAL weight w_j.
+
+    Registered as ``seal_grpo``. ``norm_adv_by_std_in_grpo`` is read from the algorithm config as verl's
+    GRPO branch does. Returns ``(advantages, returns)`` like every verl estimator (both the weighted
+    advantages, as GRPO returns its scores twice).
+    """
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    from seal_verl.weighting import apply_weights
+
+    plan = _ACTIVE_PLAN.get()
+    if plan is None:
+        raise SealWiringError(f"seal_grpo was called without per-trajectory SEAL weights. {_HINT}")
+    if index is None:
+        raise SealWiringError("seal_grpo needs the uid index of the batch (non_tensor_batch['uid'])")
+    plan.check_alignment(index)
+    norm = bool(_cfg_get(config, "norm_adv_by_std_in_grpo", True))
+    advantages, _ = compute_grpo_outcome_advantage(
+        token_level_rewards=token_level_rewards,
+        response_mask=response_mask,
+        index=index,
+        epsilon=epsilon,
+        norm_adv_by_std_in_grpo=norm,
+    )
+    weighted = apply_weights(advantages, response_mask, plan.weights, plan.apply_to)
+    plan.used += 1
+    return weighted, weighted
+
+
+seal_grpo_advantage.__seal_estimator__ = True  # type: ignore[attr-defined]
+
+
+def register_estimator() -> None:
+    """Register ``seal_grpo`` with verl (idempotent, also across a re-executed plugin module)."""
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
+
+    existing = ADV_ESTIMATOR_REGISTRY.get(SEAL_GRPO)
+    if existing is not None and getattr(existing, "__seal_estimator__", False):
+        return
+    register_adv_est(SEAL_GRPO)(seal_grpo_advantage)
+
+
+def weight_metrics(weights, prefix: str = "seal/weight") -> dict[str, float]:
+    """mean/std/min/max of a weight tensor (empty -> nothing)."""
+    import torch
+
+    w = torch.as_tensor(weights, dtype=torch.float32).reshape(-1)
+    if w.numel() == 0:
+        return {}
+    return {
+        f"{prefix}/mean": float(w.mean()),
+        f"{prefix}/std": float(w.std(unbiased=False)),
+        f"{prefix}/min": float(w.min()),
+        f"{prefix}/max": float(w.max()),
+    }

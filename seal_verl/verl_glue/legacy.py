@@ -1,0 +1,213 @@
+"""SEAL for verl's legacy trainer (``trainer.use_v1=false``, ``verl/trainer/ppo/ray_trainer.py``).
+
+The legacy ``RayPPOTrainer`` is not configurable by class, so the plugin wraps four of its hook points in
+the process that imports verl (every process; they only act in the legacy trainer's driver):
+
+- ``ray_trainer.compute_advantage`` (module function, called once per step by ``RayPPOTrainer.fit`` with the
+  whole batch, reward extras in ``non_tensor_batch``): reads the ``seal_*`` extras, computes the weights,
+  runs verl's own ``compute_advantage`` with them active for ``seal_grpo``, runs the closed-loop update and
+  leaves the ``seal/...`` metrics in ``batch.meta_info["seal_metrics"]``;
+- ``ray_trainer.compute_data_metrics`` (module function, called by ``fit`` when it collects the step's
+  metrics): moves ``batch.meta_info["seal_metrics"]`` into the returned metrics dict, which ``fit`` logs;
+- ``RayPPOTrainer._load_checkpoint`` / ``_save_checkpoint``: restore / save ``global_step_N/seal_state.json``
+  and publish the state to the rollout workers before the first rollout.
+
+Every wrapper is a pass-through unless the run's config selects SEAL (``check_run_config``), and
+``compute_advantage`` is a pass-through inside an active ``WeightPlan`` (the V1 trainer already handled the
+batch). V1's ``compute_advantage_for_multi_trajectories`` binds the original function at import time (the
+plugin imports V1 before wrapping), so the V1 path never reaches the wrapper anyway.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from typing import Any, Optional
+
+import numpy as np
+
+from seal_verl.verl_glue import state_actor
+from seal_verl.verl_glue.advantage import (
+    SealWiringError,
+    WeightPlan,
+    active_plan,
+    profile_from_extras,
+    record_from_extras,
+    rows_from_non_tensor_batch,
+    weight_metrics,
+    weight_plan,
+)
+from seal_verl.verl_glue.config import SEAL_GRPO, check_run_config, estimator_name
+from seal_verl.verl_glue.driver import SealDriver, resume_folder
+
+logger = logging.getLogger(__name__)
+
+METRICS_KEY = "seal_metrics"
+
+#: id(root config) -> SealDriver of that run (one run per process in practice; tests create several).
+_DRIVERS: dict[int, Optional[SealDriver]] = {}
+
+
+def _root_of(config: Any) -> Any:
+    """The root of an OmegaConf node (``config.algorithm`` -> whole trainer config); None otherwise."""
+    try:
+        from omegaconf import DictConfig
+    except ImportError:  # pragma: no cover
+        return None
+    if isinstance(config, DictConfig):
+        return config._get_root()
+    return None
+
+
+def driver_for(root: Any, *, create: bool = True) -> Optional[SealDriver]:
+    """The ``SealDriver`` of the run whose root config is ``root`` (``None`` when SEAL is not selected)."""
+    key = id(root)
+    if key not in _DRIVERS and create:
+        seal_cfg = check_run_config(root)
+        _DRIVERS[key] = None if seal_cfg is None else SealDriver(seal_cfg, actor=state_actor.actor_coordinates(root))
+    return _DRIVERS.get(key)
+
+
+def forget(root: Any) -> None:
+    """Drop the cached driver of ``root`` (tests)."""
+    _DRIVERS.pop(id(root), None)
+
+
+# ------------------------------------------------------------------------------------------------ wrappers
+
+
+def _seal_compute_advantage(original, data, adv_estimator, gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config):
+    kwargs = dict(
+        adv_estimator=adv_estimator,
+        gamma=gamma,
+        lam=lam,
+        num_repeat=num_repeat,
+        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+        config=config,
+    )
+    if active_plan() is not None:
+        return original(data, **kwargs)
+    name = estimator_name(adv_estimator)
+    root = _root_of(config)
+    if root is None:
+        if name == SEAL_GRPO:
+            raise SealWiringError(
+                "seal_grpo in the legacy trainer needs the full OmegaConf trainer config (compute_advantage was "
+                f"called with config of type {type(config).__name__}, so the seal section cannot be found)"
+            )
+        return original(data, **kwargs)
+    driver = driver_for(root)
+    if driver is None:
+        return original(data, **kwargs)
+
+    n = len(data)
+    rows = rows_from_non_tensor_batch(data.non_tensor_batch, n)
+    profiles = [profile_from_extras(r, i) for i, r in enumerate(rows)]
+    records = [record_from_extras(r, i) for i, r in enumerate(rows)]
+    step0 = driver.global_step  # steps completed so far = 0-based index of this step
+    weights = driver.weights(profiles, step0)
+    metrics = weight_metrics(weights)
+    metrics["seal/weight/warmup"] = 1.0 if driver.in_warmup(step0) else 0.0
+
+    if name == SEAL_GRPO:
+        if "uid" not in data.non_tensor_batch:
+            raise SealWiringError("seal_grpo needs non_tensor_batch['uid'] (the GRPO group index)")
+        plan = WeightPlan(
+            uids=np.asarray(data.non_tensor_batch["uid"], dtype=object),
+            weights=weights,
+            apply_to=driver.cfg.weighting.apply_to,
+        )
+        with weight_plan(plan):
+            out = original(data, **kwargs)
+        if plan.used == 0:
+            raise SealWiringError("verl computed the advantages without calling the seal_grpo estimator")
+    else:
+        out = original(data, **kwargs)
+
+    driver.add_records(records)
+    metrics.update(driver.end_step(step0 + 1))
+    out.meta_info.setdefault(METRICS_KEY, {}).update(metrics)
+    return out
+
+
+def _seal_compute_data_metrics(original, *args, **kwargs):
+    result = original(*args, **kwargs)
+    batch = kwargs.get("batch", args[0] if args else None)
+    meta = getattr(batch, "meta_info", None)
+    if isinstance(meta, dict) and METRICS_KEY in meta:
+        result.update(meta.pop(METRICS_KEY))
+    return result
+
+
+def _seal_load_checkpoint(original, self, *args, **kwargs):
+    result = original(self, *args, **kwargs)
+    forget(self.config)
+    driver = driver_for(self.config)
+    if driver is not None:
+        steps = int(getattr(self, "global_steps", 0) or 0)
+        folder = resume_folder(self.config.trainer, steps)
+        if folder is not None:
+            driver.load_from(folder, expected_step=steps)
+        driver.publish()
+    return result
+
+
+def _seal_save_checkpoint(original, self, *args, **kwargs):
+    driver = driver_for(self.config, create=False)
+    if driver is not None:
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        driver.save_to(folder)
+    return original(self, *args, **kwargs)
+
+
+def _wrap(original, impl, as_method: bool = False):
+    if as_method:
+
+        @functools.wraps(original)
+        def wrapper(self, *args, **kwargs):
+            return impl(original, self, *args, **kwargs)
+
+    else:
+
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            return impl(original, *args, **kwargs)
+
+    wrapper.__seal_wrapper__ = True  # type: ignore[attr-defined]
+    wrapper.__seal_original__ = original  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _compute_advantage_impl(original, data, adv_estimator, gamma=1.0, lam=1.0, num_repeat=1,
+                            norm_adv_by_std_in_grpo=True, config=None):
+    return _seal_compute_advantage(original, data, adv_estimator, gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config)
+
+
+def install() -> None:
+    """Install the four wrappers (idempotent: an installed wrapper is recognised and kept)."""
+    from verl.trainer.ppo import ray_trainer
+
+    if not getattr(ray_trainer.compute_advantage, "__seal_wrapper__", False):
+        ray_trainer.compute_advantage = _wrap(ray_trainer.compute_advantage, _compute_advantage_impl)
+    if not getattr(ray_trainer.compute_data_metrics, "__seal_wrapper__", False):
+        ray_trainer.compute_data_metrics = _wrap(ray_trainer.compute_data_metrics, _seal_compute_data_metrics)
+    cls = ray_trainer.RayPPOTrainer
+    if not getattr(cls._load_checkpoint, "__seal_wrapper__", False):
+        cls._load_checkpoint = _wrap(cls._load_checkpoint, _seal_load_checkpoint, as_method=True)
+    if not getattr(cls._save_checkpoint, "__seal_wrapper__", False):
+        cls._save_checkpoint = _wrap(cls._save_checkpoint, _seal_save_checkpoint, as_method=True)
+
+
+def installed() -> bool:
+    from verl.trainer.ppo import ray_trainer
+
+    return all(
+        getattr(f, "__seal_wrapper__", False)
+        for f in (
+            ray_trainer.compute_advantage,
+            ray_trainer.compute_data_metrics,
+            ray_trainer.RayPPOTrainer._load_checkpoint,
+            ray_trainer.RayPPOTrainer._save_checkpoint,
+        )
+    )

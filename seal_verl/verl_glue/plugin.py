@@ -1,0 +1,92 @@
+"""verl plugin entry point of seal-verl (``verl.plugins``: ``seal = seal_verl.verl_glue.plugin``).
+
+verl imports every ``verl.plugins`` entry point at the end of ``import verl``, in the driver and in every Ray
+worker, and swallows any exception raised there (logged at DEBUG only). Importing this module registers:
+
+1. the CPU platform, if ``seal_verl.cpu_platform`` is present and its env switch is set (first, because it
+   must patch verl before verl's worker modules are imported);
+2. the advantage estimator ``seal_grpo`` (``verl.trainer.ppo.core_algos.register_adv_est``);
+3. the legacy-trainer wrappers (``legacy.install``), pass-throughs unless a run selects SEAL;
+4. the V1 trainer ``seal`` (``verl.trainer.ppo.v1.register_trainer``);
+5. the BFCL agent loops, if ``seal_verl.verl_glue.agent_loop`` exists (the hook below).
+
+Everything is idempotent: ``register()`` may run any number of times. ``REGISTERED`` records what happened,
+so tests can prove the registration in a fresh interpreter and in a Ray worker, where verl would have hidden
+an import error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+
+logger = logging.getLogger(__name__)
+
+#: What ``register()`` did in this process (names -> True); read by tests and ``seal-verl`` diagnostics.
+REGISTERED: dict[str, bool] = {}
+
+AGENT_LOOP_MODULE = "seal_verl.verl_glue.agent_loop"
+CPU_PLATFORM_MODULE = "seal_verl.cpu_platform"
+
+
+def _module_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+def _activate_cpu_platform() -> None:
+    if not _module_exists(CPU_PLATFORM_MODULE):
+        return
+    module = importlib.import_module(CPU_PLATFORM_MODULE)
+    activate = getattr(module, "activate_if_requested", None)
+    if activate is None:
+        logger.debug("%s has no activate_if_requested(); CPU platform not activated", CPU_PLATFORM_MODULE)
+        return
+    activate()
+    REGISTERED["cpu_platform_checked"] = True
+
+
+def _register_agent_loops() -> None:
+    # ---- agent-loop import hook ---------------------------------------------------------------------
+    # seal_verl/verl_glue/agent_loop.py (the BFCL loops "seal_bfcl" and "bfcl") registers itself with
+    # verl when imported (verl.experimental.agent_loop.register, or a module-level register() function).
+    # It may not exist yet in a checkout; that case is detected explicitly, never by catching errors, so
+    # a genuine import error in the module still surfaces.
+    if not _module_exists(AGENT_LOOP_MODULE):
+        return
+    module = importlib.import_module(AGENT_LOOP_MODULE)
+    register = getattr(module, "register_agent_loops", None)
+    if callable(register):
+        register()
+    REGISTERED["agent_loops"] = True
+
+
+def register() -> dict[str, bool]:
+    """Register everything SEAL adds to verl; safe to call repeatedly. Returns ``REGISTERED``."""
+    _activate_cpu_platform()
+
+    from seal_verl.verl_glue import advantage
+
+    advantage.register_estimator()
+    REGISTERED["adv_estimator:seal_grpo"] = True
+
+    # V1 first, so that verl.trainer.ppo.v1.utils binds the unwrapped ray_trainer.compute_advantage.
+    from seal_verl.verl_glue import trainer
+
+    trainer.register()
+    for name in trainer.SEAL_TRAINERS:
+        REGISTERED[f"trainer:{name}"] = True
+
+    from seal_verl.verl_glue import legacy
+
+    legacy.install()
+    REGISTERED["legacy_wrappers"] = True
+
+    _register_agent_loops()
+    return REGISTERED
+
+
+register()

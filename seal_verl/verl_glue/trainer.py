@@ -1,0 +1,213 @@
+"""The SEAL V1 trainer: verl's synchronous V1 trainer plus SEAL's trainer side.
+
+Registered as ``trainer.v1.trainer_mode=seal`` (``verl.trainer.ppo.v1.register_trainer``). It differs from
+``PPOTrainerSync`` in four overridden methods of ``verl/trainer/ppo/v1/trainer_base.py:PPOTrainer``:
+
+- ``_compute_advantage``: first reads the reward extras of the batch from TransferQueue (field
+  ``extra_fields`` -> ``reward_extra_info``, where verl's agent-loop workers put the reward function's
+  extras), computes the weights and activates them for the ``seal_grpo`` estimator, then runs verl's own
+  ``_compute_advantage`` unchanged; the step's trajectory records are collected;
+- ``step``: after verl's step (advantages and policy update), runs the closed-loop update, adds the
+  ``seal/...`` metrics to the step's metrics dict and publishes the new state to the rollout workers;
+- ``_save_checkpoint`` / ``_load_checkpoint``: the state goes into ``global_step_N/seal_state.json`` and
+  comes back on resume; after loading (also on a fresh start) it is published before the first rollout.
+
+verl compares ``trainer_mode`` with ``"sync"`` in several places (replay buffer, checkpointing of the
+TransferQueue, dataloader granularity); the trainer therefore runs with ``self.trainer_mode`` set to the mode
+it extends, so those code paths behave exactly as in the stock sync trainer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+from seal_verl.verl_glue import state_actor
+from seal_verl.verl_glue.advantage import (
+    REQUIRED_FIELDS,
+    SealWiringError,
+    WeightPlan,
+    profile_from_extras,
+    record_from_extras,
+    weight_metrics,
+    weight_plan,
+)
+from seal_verl.verl_glue.config import SEAL_GRPO, SEAL_TRAINER_MODES, check_run_config, estimator_name
+from seal_verl.verl_glue.driver import SealDriver, resume_folder
+
+logger = logging.getLogger(__name__)
+
+
+def _reward_extras(extra_field) -> dict | None:
+    if isinstance(extra_field, dict):
+        info = extra_field.get("reward_extra_info")
+        if isinstance(info, dict):
+            return info
+    return None
+
+
+class SealTrainerMixin:
+    """SEAL's trainer side for a V1 ``PPOTrainer`` subclass. Put it first in the bases."""
+
+    #: the verl trainer mode this class extends (what ``self.trainer_mode`` reports to verl's code)
+    seal_base_mode = "sync"
+
+    def __init__(self, config):
+        seal_cfg = check_run_config(config)  # fail fast, before any worker starts
+        super().__init__(config)
+        # Behave exactly like the base mode wherever verl compares trainer_mode with "sync".
+        self.trainer_mode = self.seal_base_mode
+        self.parameter_sync_step = self.config.trainer.v1.get(self.seal_base_mode, {}).get("parameter_sync_step", 1)
+        self.replay_buffer = self._build_replay_buffer()
+        self.seal_adv_estimator = estimator_name(self.config.algorithm.adv_estimator)
+        self.seal = SealDriver(seal_cfg, actor=state_actor.actor_coordinates(config))
+
+    # ------------------------------------------------------------------ advantage
+
+    def _seal_read_extras(self, batch):
+        """(uids, extras per row or None for padding rows) of a KVBatchMeta, in ``batch.keys`` order."""
+        import transfer_queue as tq
+
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "extra_fields"])
+        uids = np.array(list(data["uid"].tolist()), dtype=object)
+        extra_fields = list(data["extra_fields"].tolist())
+        padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
+        rows = []
+        missing = []
+        for i, (ef, pad) in enumerate(zip(extra_fields, padding, strict=True)):
+            if pad:
+                rows.append(None)
+                continue
+            info = _reward_extras(ef)
+            if info is None or any(k not in info for k in REQUIRED_FIELDS):
+                missing.append(i)
+                info = None
+            rows.append(info)
+        if missing:
+            # A colocated reward model writes the extras as top-level fields instead (_compute_reward_colocate).
+            rows = self._seal_read_toplevel_extras(batch, rows, missing)
+        return uids, rows
+
+    def _seal_read_toplevel_extras(self, batch, rows, missing):
+        """Fallback for rows without ``reward_extra_info``: the extras as top-level TransferQueue fields."""
+        import transfer_queue as tq
+
+        from seal_verl.verl_glue.advantage import check_extras_present
+
+        try:
+            data = tq.kv_batch_get(
+                keys=[batch.keys[i] for i in missing], partition_id=batch.partition_id, select_fields=list(REQUIRED_FIELDS)
+            )
+        except Exception as e:  # noqa: BLE001 - TransferQueue raises several types for unknown fields
+            raise SealWiringError(
+                f"{len(missing)} of {len(rows)} trajectories have no SEAL reward extras, neither in "
+                f"extra_fields['reward_extra_info'] nor as TransferQueue fields ({type(e).__name__}: {e}). "
+                "The reward function must return every seal_* key for every sample "
+                "(reward.custom_reward_function -> reward_fns/bfcl_reward.py:compute_score)."
+            ) from e
+        check_extras_present(data.keys(), "the TransferQueue fields of the batch")
+        for j, i in enumerate(missing):
+            rows[i] = {k: data[k][j] for k in REQUIRED_FIELDS}
+        return rows
+
+    def _seal_check_single_output_sessions(self, batch) -> None:
+        sessions: dict[str, int] = {}
+        for key in batch.keys:
+            parts = key.rsplit("_", 2)
+            if len(parts) == 3:
+                sk = f"{parts[0]}_{parts[1]}"
+                sessions[sk] = sessions.get(sk, 0) + 1
+        multi = [k for k, n in sessions.items() if n > 1]
+        if multi:
+            raise SealWiringError(
+                f"seal_grpo expects one agent-loop output per rollout; {len(multi)} sessions produced several "
+                f"(e.g. {multi[0]})"
+            )
+
+    def _compute_advantage(self, batch, metrics: dict):
+        from seal_verl.profile import zero_profile
+
+        uids, rows = self._seal_read_extras(batch)
+        profiles, records = [], []
+        for i, info in enumerate(rows):
+            if info is None:  # synthetic padding row: no evidence, weight 1, not part of C_t
+                profiles.append(zero_profile())
+                continue
+            profiles.append(profile_from_extras(info, i))
+            records.append(record_from_extras(info, i))
+        step0 = int(self.global_steps) - 1  # verl counts training steps from 1
+        weights = self.seal.weights(profiles, step0)
+        real = np.array([r is not None for r in rows], dtype=bool)
+        metrics.update(weight_metrics(weights[real] if real.any() else weights))
+        metrics["seal/weight/warmup"] = 1.0 if self.seal.in_warmup(step0) else 0.0
+
+        if self.seal_adv_estimator == SEAL_GRPO:
+            self._seal_check_single_output_sessions(batch)
+            plan = WeightPlan(uids=uids, weights=weights, apply_to=self.seal.cfg.weighting.apply_to)
+            with weight_plan(plan):
+                batch = super()._compute_advantage(batch, metrics=metrics)
+            if plan.used == 0:
+                raise SealWiringError("verl computed the advantages without calling the seal_grpo estimator")
+        else:
+            batch = super()._compute_advantage(batch, metrics=metrics)
+        self.seal.add_records(records)
+        return batch
+
+    # ------------------------------------------------------------------ step end: closed loop
+
+    def step(self, metrics: dict, timing_raw: dict):
+        batch = super().step(metrics, timing_raw)
+        metrics.update(self.seal.end_step(self.global_steps))
+        return batch
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _save_checkpoint(self):
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        if self.seal.global_step != self.global_steps:
+            logger.warning(
+                "saving SEAL state of step %s into the checkpoint of step %s", self.seal.global_step, self.global_steps
+            )
+        # Before verl's save: verl writes latest_checkpointed_iteration.txt last, so a checkpoint that the
+        # tracker points at always has its SEAL state.
+        self.seal.save_to(folder)
+        return super()._save_checkpoint()
+
+    def _load_checkpoint(self):
+        result = super()._load_checkpoint()
+        folder = resume_folder(self.config.trainer, int(self.global_steps))
+        if folder is not None:
+            self.seal.load_from(folder, expected_step=int(self.global_steps))
+            logger.info("restored SEAL closed-loop state of step %s from %s", self.global_steps, folder)
+        else:
+            self.seal.global_step = 0
+        self.seal.publish()  # before any rollout of this run
+        return result
+
+
+class SealPPOTrainer(SealTrainerMixin, PPOTrainerSync):
+    """``trainer.v1.trainer_mode=seal``: the stock synchronous V1 trainer plus SEAL's trainer side."""
+
+    seal_base_mode = "sync"
+    __seal_trainer__ = True
+
+
+#: trainer_mode name -> class; the plugin registers these with verl.
+SEAL_TRAINERS = {"seal": SealPPOTrainer}
+
+
+def register() -> None:
+    """Register the SEAL trainers with verl's V1 trainer registry (idempotent)."""
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+
+    for name, cls in SEAL_TRAINERS.items():
+        assert SEAL_TRAINER_MODES[name] == cls.seal_base_mode
+        existing = TRAINER_REGISTRY.get(name)
+        if existing is not None and getattr(existing, "__seal_trainer__", False):
+            continue  # registered before (possibly by an earlier copy of this module)
+        register_trainer(name)(cls)
