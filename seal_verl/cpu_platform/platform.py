@@ -59,7 +59,7 @@ class _CPUDeviceModule(types.ModuleType):
         self.get_device_name = lambda device=None: "CPU"
         self.is_available = lambda: True
         self.device_count = lambda: 1
-        self.current_device = lambda: 0
+        self.current_device = lambda: "cpu"  # as torch.cpu.current_device()
         self.set_device = _noop
         self.synchronize = _noop
         self.empty_cache = _noop
@@ -109,8 +109,12 @@ def _platform_class():
             # only ever chosen explicitly (VERL_PLATFORM=cpu), never by auto-detection
             return False
 
-        def current_device(self) -> int:
-            return 0
+        def current_device(self) -> str:
+            # verl uses get_device_id() directly as a torch device (`.to(get_device_id())`,
+            # `torch.empty(..., device=get_device_id())`); an int would mean an accelerator index, which
+            # fails on CPU ("Cannot access accelerator device when none is available"). torch.cpu answers
+            # "cpu" here too.
+            return "cpu"
 
         def device_count(self) -> int:
             return 1
