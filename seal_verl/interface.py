@@ -125,6 +125,9 @@ class InterfaceConfig:
             the gap between the two is the hysteresis band where the state is simply kept.
         patience: consecutive steps below ``off_threshold`` before an active kind turns off (>= 1).
         max_cue_chars: upper bound on each rendered cue, marker included (>= 50).
+        max_schema_cue_chars: upper bound on a schema cue (the compact signatures of the offered tools).
+            Larger than ``max_cue_chars`` because it lists every tool: at 600 characters it was cut on 394
+            of the 400 training tasks (full length: median 1,288, largest 2,310 characters).
         enabled: false disables the environment side: no kind is ever on (ablation "no environment side").
             Takes precedence over ``fixed_all_on``.
         fixed_all_on: every kind always on and ``evolve`` changes nothing (ablation "no closed loop").
@@ -137,6 +140,7 @@ class InterfaceConfig:
     off_threshold: float = 0.05
     patience: int = 2
     max_cue_chars: int = 600
+    max_schema_cue_chars: int = 2400
     enabled: bool = True
     fixed_all_on: bool = False
     ema_beta: float = 0.5
@@ -157,7 +161,7 @@ class InterfaceConfig:
             raise ValueError(
                 f"off_threshold ({self.off_threshold}) must be < on_threshold ({self.on_threshold}) for hysteresis"
             )
-        for name, lo in (("patience", 1), ("max_cue_chars", _MIN_CUE_CHARS)):
+        for name, lo in (("patience", 1), ("max_cue_chars", _MIN_CUE_CHARS), ("max_schema_cue_chars", _MIN_CUE_CHARS)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) and not (isinstance(v, float) and v.is_integer()):
                 raise ValueError(f"{name} must be an integer, got {v!r}")

@@ -25,7 +25,7 @@ from seal_verl.trace import PARSE_OK, Attempt, CallRecord, Trace, TurnTrace
 
 from . import calls as _calls
 from .backends import ERROR_PREFIX, Backends
-from .schema import SchemaChecker
+from .schema import SchemaChecker, to_openai_tool
 from .tasks import BFCLTask
 
 #: BFCL's message for a miss_func turn that reveals new functions.
@@ -115,7 +115,7 @@ class BFCLEnv:
             self.offered.update(d["name"] for d in revealed_docs)
             if not msgs:
                 msgs = [{"role": "user", "content": REVEAL_MESSAGE}]
-        revealed_tools = [t for t in self.tools() if t["function"]["name"] in set(tt.revealed_functions)]
+        revealed_tools = [to_openai_tool(d) for d in revealed_docs]
         return msgs, revealed_tools
 
     def _end_turn(self, reason: str, result: StepResult) -> StepResult:
@@ -247,6 +247,4 @@ def _safe_dump(message) -> str:
 
 
 def _all_tools(task: BFCLTask) -> list[dict]:
-    from .schema import to_openai_tool
-
     return [to_openai_tool(d) for d in task.all_docs()]
