@@ -90,6 +90,7 @@ class SealDriver:
         self.global_step = 0
         self._records: list = []
         self.published_version: Optional[int] = None
+        self._publisher = state_actor.StatePublisher(*actor) if actor is not None else None
 
     # ---------------------------------------------------------------- per step
 
@@ -145,12 +146,23 @@ class SealDriver:
             "state": self.state.to_dict(),
         }
 
-    def publish(self) -> Optional[int]:
+    @property
+    def publishes(self) -> bool:
+        """Whether the state goes to the state actor: an actor is configured and Ray runs. Without Ray there
+        is no rollout worker in another process to read it (in-process runs hand the state over directly).
+        It is published whatever the switches: the rollout side decides what it uses."""
         if self.actor is None:
+            return False
+        import ray
+
+        return ray.is_initialized()
+
+    def publish(self) -> Optional[int]:
+        """Store the envelope in the state actor (when the environment side is on); returns its version."""
+        if not self.publishes:
             return None
-        name, namespace, detached = self.actor
         payload = dict(self.envelope(), format=state_actor.PAYLOAD_FORMAT)
-        self.published_version = state_actor.publish_state(payload, name, namespace=namespace, detached=detached)
+        self.published_version = self._publisher.publish(payload)
         return self.published_version
 
     def save_to(self, folder: str) -> str:

@@ -63,7 +63,8 @@ class SealStateHolder:
         return True
 
 
-_RemoteHolder = ray.remote(num_cpus=0, max_concurrency=16)(SealStateHolder)
+# Serial (one call at a time): every call is a dict copy or read, microseconds even with many readers.
+_RemoteHolder = ray.remote(num_cpus=0)(SealStateHolder)
 
 
 def default_actor_name(project_name: Any = None, experiment_name: Any = None) -> str:
@@ -129,10 +130,22 @@ def lookup_state_actor(name: str, namespace: Optional[str] = None):
         ) from e
 
 
-def publish_state(payload: dict, name: str, namespace: Optional[str] = None, detached: bool = False) -> int:
-    """Driver side: store ``payload`` in the holder (created if needed); returns the holder's version."""
-    handle = get_or_create_state_actor(name, namespace=namespace, detached=detached)
-    return int(ray.get(handle.set.remote(payload)))
+class StatePublisher:
+    """Driver side: owns the holder and stores payloads in it.
+
+    The publisher keeps the actor handle for its lifetime: a non-detached named actor is destroyed by Ray
+    as soon as its owner holds no handle to it any more.
+    """
+
+    def __init__(self, name: str, namespace: Optional[str] = None, detached: bool = False):
+        self.name, self.namespace, self.detached = name, namespace, detached
+        self._handle = None
+
+    def publish(self, payload: dict) -> int:
+        """Store ``payload`` (created on first use); returns the holder's version."""
+        if self._handle is None:
+            self._handle = get_or_create_state_actor(self.name, namespace=self.namespace, detached=self.detached)
+        return int(ray.get(self._handle.set.remote(payload)))
 
 
 def read_state(name: str, namespace: Optional[str] = None) -> dict:

@@ -23,6 +23,7 @@ import logging
 import os
 
 import numpy as np
+import torch
 
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
@@ -41,6 +42,13 @@ from seal_verl.verl_glue.config import SEAL_GRPO, SEAL_TRAINER_MODES, check_run_
 from seal_verl.verl_glue.driver import SealDriver, resume_folder
 
 logger = logging.getLogger(__name__)
+
+
+def _as_list(value) -> list:
+    """A non-tensor TransferQueue field as a plain list (a LinkedList, NonTensorStack or numpy array)."""
+    if hasattr(value, "tolist"):
+        return list(value.tolist())
+    return list(value)
 
 
 def _reward_extras(extra_field) -> dict | None:
@@ -74,8 +82,8 @@ class SealTrainerMixin:
         import transfer_queue as tq
 
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "extra_fields"])
-        uids = np.array(list(data["uid"].tolist()), dtype=object)
-        extra_fields = list(data["extra_fields"].tolist())
+        uids = np.array(_as_list(data["uid"]), dtype=object)
+        extra_fields = _as_list(data["extra_fields"])
         padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
         rows = []
         missing = []
@@ -103,7 +111,7 @@ class SealTrainerMixin:
             data = tq.kv_batch_get(
                 keys=[batch.keys[i] for i in missing], partition_id=batch.partition_id, select_fields=list(REQUIRED_FIELDS)
             )
-        except Exception as e:  # noqa: BLE001 - TransferQueue raises several types for unknown fields
+        except (ValueError, KeyError, RuntimeError) as e:  # TransferQueue: "Some fields are not ready ..." (ValueError)
             raise SealWiringError(
                 f"{len(missing)} of {len(rows)} trajectories have no SEAL reward extras, neither in "
                 f"extra_fields['reward_extra_info'] nor as TransferQueue fields ({type(e).__name__}: {e}). "
@@ -112,7 +120,7 @@ class SealTrainerMixin:
             ) from e
         check_extras_present(data.keys(), "the TransferQueue fields of the batch")
         for j, i in enumerate(missing):
-            rows[i] = {k: data[k][j] for k in REQUIRED_FIELDS}
+            rows[i] = {k: _as_list(data[k])[j] for k in REQUIRED_FIELDS}
         return rows
 
     def _seal_check_single_output_sessions(self, batch) -> None:
@@ -142,8 +150,8 @@ class SealTrainerMixin:
             records.append(record_from_extras(info, i))
         step0 = int(self.global_steps) - 1  # verl counts training steps from 1
         weights = self.seal.weights(profiles, step0)
-        real = np.array([r is not None for r in rows], dtype=bool)
-        metrics.update(weight_metrics(weights[real] if real.any() else weights))
+        real = torch.tensor([r is not None for r in rows], dtype=torch.bool)
+        metrics.update(weight_metrics(weights[real] if bool(real.any()) else weights))
         metrics["seal/weight/warmup"] = 1.0 if self.seal.in_warmup(step0) else 0.0
 
         if self.seal_adv_estimator == SEAL_GRPO:
