@@ -1,0 +1,642 @@
+"""The BFCL agent loops for verl 0.9.1: ``seal_bfcl`` (training, SEAL interface on) and ``bfcl`` (evaluation).
+
+One loop instance runs ONE BFCL multi-turn task end to end, over all its user turns. verl 0.9.1 has no
+interactions (``verl.interactions`` is gone), so the loop appends the next user turn itself. Per trajectory it
+owns one :class:`env_wrappers.bfcl.env.BFCLEnv` (fresh backend instances, the real BFCL semantics); the task is
+looked up by ``extra_info["task_id"]`` of the dataset row (``seal-verl prepare-data`` writes it).
+
+Two registered names, chosen per parquet row by the ``agent_name`` column:
+
+- ``seal_bfcl`` (training rows): the environment is wrapped in
+  :class:`env_wrappers.observation.SealObservationWrapper` with the current closed-loop interface state
+  Omega_t, read from the SEAL state actor the trainer publishes to (``seal_verl.verl_glue.state_actor``; see
+  :func:`set_state_source` for in-process runs and the fallback order);
+- ``bfcl`` (evaluation rows): no wrapper, the state is never read, not one byte of cue text is added.
+
+Everything else is identical in the two loops: the same prompt rendering, the same call format, the same
+budgets, the same trace. verl cannot tell training from validation inside an agent loop, hence two names.
+
+Token layout (verl's Continuous Token builder, the path ``ToolAgentLoop`` uses):
+
+- the prompt: the task's first user turn rendered with the backbone's own chat template
+  (``ct_build_initial_tokens``). The system prompt tells the task's tools: for ``call_format=json`` they are
+  passed as ``tools=`` to the chat template (Qwen-style ``<tools>`` block; calls as ``<tool_call>`` JSON); for
+  ``call_format=python`` (BFCL's prompt mode, e.g. ToolACE-2-Llama-3.1-8B) BFCL's own system prompt with the
+  function docs is built by ``bfcl_eval``'s ``system_prompt_pre_processing_chat_model``;
+- each assistant message: the generated token ids, appended as is (``ct_merge_assistant_token``), mask 1;
+- tool results: one ``tool`` role message per executed call (``tool_role``, default ``tool``; Llama 3.1
+  templates render it as ``ipython``), rendered by the chat template (``ct_merge_context_msg``), mask 0;
+- the next user turn: a ``user`` message (``ct_merge_context_msg``), mask 0. Cue text is only ever inside
+  these observation messages (and in the first user message, i.e. the prompt), so it is never trained on.
+
+Functions revealed mid-episode (BFCL ``miss_func``): the tools in the system prompt cannot be re-rendered
+without breaking the token prefix already generated against. The revealed docs are therefore written into
+the reveal turn's user message, in front of BFCL's reveal text, exactly as BFCL's prompt mode does it
+(``DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING``: docs, newline, "I have updated some more
+functions..."); for ``json`` the docs are the OpenAI-style tool JSON objects, one per line, as in the
+``<tools>`` block. (BFCL's FC handlers re-render the whole prompt with the enlarged tool list instead; a
+token-continuous rollout cannot.) This happens in both loops, so training and evaluation see the same thing.
+
+Budgets (init kwargs, from the loop's entry in the agent-loop YAML at
+``actor_rollout_ref.rollout.agent.agent_loop_config_path``; every key of an entry other than ``name`` and
+``_target_`` is passed to ``__init__``):
+
+- ``rollout.response_length``: the whole trajectory's response side (LLM + observation tokens). Each
+  generation gets ``max_tokens`` = what is left; an observation that would not fit is not appended, and the
+  episode is stopped (remaining turns are recorded as empty: the model ran out of budget);
+- ``max_tokens_per_turn``: LLM tokens one user turn may generate over all its steps (None = unbounded); when
+  spent, the turn is ended from outside (``ended_by = "token_budget"``);
+- ``max_tokens_per_step``: LLM tokens of one assistant message (None = unbounded);
+- ``max_steps_per_turn``: executed tool-call steps per user turn before BFCL force-terminates the episode
+  (BFCL's own cap is 20);
+- ``max_cue_tokens``: cue tokens one training trajectory may carry in total (None = unbounded). An
+  observation whose cues would exceed it is rendered without its cues and the interface is switched off for
+  the rest of that trajectory. Each single cue is bounded in characters by ``seal.interface.max_cue_chars``.
+
+Other init kwargs: ``call_format`` (``json`` | ``python``; a row whose ``extra_info.call_format`` differs is
+an error), ``tool_role`` (``tool`` | ``ipython``: verl's Continuous Token builder only appends ``tool``
+messages, and Llama 3.1 templates render a ``tool`` message as the ``ipython`` turn, so both send ``tool``),
+``system_prompt`` (prepended as a system message), ``call_timeout_s`` (per tool call),
+``single_call_tool_groups`` (default: on for ``python``; renders tool results after a synthetic assistant
+with one tool call, for Llama 3.1-style templates that reject several calls in one assistant message).
+
+Where ``seal_bfcl`` gets Omega_t (:meth:`BFCLAgentLoopBase._payload`): a source pinned in this process with
+:func:`set_state_source` (in-process runs: ``seal-verl dry-run``, tests); else, when Ray is initialised, the
+SEAL state actor the trainer publishes to (``state_actor.actor_coordinates(config)``), read through the
+per-process ``StateClient`` cached per ``global_steps`` (the V1 trainer passes it to agent loops) or, without
+``global_steps`` (legacy trainer), read once per trajectory; a missing actor is an error there (the trainer
+creates it before the first rollout); else (no Ray) the initial state of the ``seal`` config section.
+``seal.switches.env_side=false`` (or ``seal.interface.enabled=false``) means no wrapper at all.
+
+Outputs (``AgentLoopOutput.extra_fields``, which verl hands to the reward function as part of ``extra_info``
+through the reward loop's ``tool_extra_fields``; see ``verl/experimental/agent_loop/agent_loop.py:
+AgentLoopWorker._compute_score`` and ``verl/experimental/reward_loop/reward_manager/naive.py``):
+
+- ``seal_trace``: the full trace (DESIGN 2.1) as a JSON string, ``trace.meta`` holding the loop name, call
+  format, interface state, cue statistics and budget events;
+- ``task_id``, ``seal_agent_loop``, ``seal_cue_tokens`` (int), ``seal_cue_count`` (int);
+- ``min_global_steps`` / ``max_global_steps`` from the rollout server (as ``ToolAgentLoop`` keeps them).
+
+``AgentLoopMetrics`` has a fixed set of fields in verl 0.9.1, so the cue token count is an extra field, not a
+metric; the trainer side reads it from the batch.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+from typing import Any, Callable, Optional, Union
+from uuid import uuid4
+
+import numpy as np
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
+from verl.utils.profiler import simple_timer
+
+logger = logging.getLogger(__name__)
+logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "WARN"))
+
+#: Registered names: training (SEAL interface on) and evaluation (no interface).
+TRAIN_LOOP = "seal_bfcl"
+EVAL_LOOP = "bfcl"
+
+CALL_FORMATS = ("json", "python")
+
+#: extra_fields keys every BFCL rollout carries (same keys in both loops, so batches concatenate cleanly).
+TRACE_FIELD = "seal_trace"
+TASK_ID_FIELD = "task_id"
+CUE_TOKENS_FIELD = "seal_cue_tokens"
+CUE_COUNT_FIELD = "seal_cue_count"
+LOOP_FIELD = "seal_agent_loop"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# where the training loop gets Omega_t from
+# ------------------------------------------------------------------------------------------------------------
+
+StateLike = Union[dict, Any]  # a state-actor payload dict, or a seal_verl.loop.ClosedLoopState
+_STATE_SOURCE: Optional[Union[StateLike, Callable[[Optional[int]], StateLike]]] = None
+
+
+def set_state_source(source: Optional[Union[StateLike, Callable[[Optional[int]], StateLike]]]) -> None:
+    """Pin the closed-loop state the ``seal_bfcl`` loop reads in THIS process (in-process runs and tests).
+
+    Args:
+        source: a ``ClosedLoopState``, a state-actor payload dict (``{"state": ..., "switches": ...}``), a
+            callable ``(global_step or None) -> either of those``, or ``None`` to go back to the default.
+
+    Without a pinned source the loop reads, in order: the SEAL state actor (when Ray is initialised; the
+    trainer publishes to it before the first rollout, so a missing actor is an error there), else the initial
+    state of the run's ``seal`` config section (all cue kinds off, or all on without the closed loop).
+    """
+    global _STATE_SOURCE
+    _STATE_SOURCE = source
+
+
+def get_state_source():
+    return _STATE_SOURCE
+
+
+def _plain(value: Any) -> Any:
+    """Unwrap the numpy containers verl puts row values in (0-d object arrays, numpy scalars)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, np.generic):
+        value = value.item()
+    return value
+
+
+def _row_extra_info(kwargs: dict) -> dict:
+    info = _plain(kwargs.get("extra_info"))
+    if info is None:
+        return {}
+    if not isinstance(info, dict):
+        raise ValueError(f"dataset row extra_info must be a mapping, got {type(info).__name__}")
+    return info
+
+
+def task_id_of(kwargs: dict) -> str:
+    """The BFCL task id of a dataset row (``extra_info.task_id``)."""
+    info = _row_extra_info(kwargs)
+    task_id = _plain(info.get("task_id"))
+    if not task_id:
+        raise ValueError(
+            "the BFCL agent loops need extra_info.task_id in every dataset row (write the data with "
+            "`seal-verl prepare-data`); got extra_info keys: " + ", ".join(sorted(map(str, info)))
+        )
+    return str(task_id)
+
+
+class _Budget:
+    """Cue-token bookkeeping of one trajectory."""
+
+    def __init__(self, limit: Optional[int]):
+        self.limit = limit
+        self.tokens = 0
+        self.count = 0
+        self.suppressed = 0
+        self.exhausted = False
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the loops
+# ------------------------------------------------------------------------------------------------------------
+
+
+class BFCLAgentLoopBase(AgentLoopBase):
+    """Shared implementation; the subclasses only set ``training`` (and their registered name)."""
+
+    #: True: wrap the environment with the SEAL observation wrapper (training loop only).
+    training: bool = False
+    loop_name: str = ""
+
+    def __init__(
+        self,
+        *args,
+        tools: Any = None,
+        name: Optional[str] = None,
+        call_format: str = "json",
+        max_tokens_per_turn: Optional[int] = None,
+        max_tokens_per_step: Optional[int] = None,
+        max_steps_per_turn: Optional[int] = None,
+        max_cue_tokens: Optional[int] = None,
+        tool_role: str = "tool",
+        system_prompt: Optional[str] = None,
+        call_timeout_s: Optional[float] = 10.0,
+        single_call_tool_groups: Optional[bool] = None,
+        **kwargs,
+    ):
+        """Args (besides verl's): see the module docstring. ``tools`` (verl's global tool list) and ``name``
+        (the YAML entry's name) are accepted and ignored: the tools of a BFCL task come from the task."""
+        super().__init__(*args, **kwargs)
+        from env_wrappers.bfcl.env import MAX_STEPS_PER_TURN
+
+        if call_format not in CALL_FORMATS:
+            raise ValueError(f"call_format must be one of {', '.join(CALL_FORMATS)}, got {call_format!r}")
+        for key, value in (("max_tokens_per_turn", max_tokens_per_turn), ("max_tokens_per_step", max_tokens_per_step),
+                           ("max_steps_per_turn", max_steps_per_turn), ("max_cue_tokens", max_cue_tokens)):
+            if value is not None and (isinstance(value, bool) or int(value) != value or int(value) < (0 if key == "max_cue_tokens" else 1)):
+                raise ValueError(f"{key} must be a positive integer or null, got {value!r}")
+        if tool_role not in ("tool", "ipython"):
+            raise ValueError(f"tool_role must be 'tool' or 'ipython', got {tool_role!r}")
+        self.call_format = call_format
+        self.max_tokens_per_turn = None if max_tokens_per_turn is None else int(max_tokens_per_turn)
+        self.max_tokens_per_step = None if max_tokens_per_step is None else int(max_tokens_per_step)
+        self.max_steps_per_turn = MAX_STEPS_PER_TURN if max_steps_per_turn is None else int(max_steps_per_turn)
+        self.max_cue_tokens = None if max_cue_tokens is None else int(max_cue_tokens)
+        self.tool_role = tool_role
+        self.system_prompt = system_prompt
+        self.call_timeout_s = call_timeout_s
+        self.prompt_length = int(self.rollout_config.prompt_length)
+        self.response_length = int(self.rollout_config.response_length)
+        if single_call_tool_groups is None:
+            single_call_tool_groups = call_format == "python"
+        if single_call_tool_groups:
+            _single_call_synthetic_assistant(self.continuous_token_builder)
+
+    # -------------------------------------------------------------------------------- interface state
+
+    async def _payload(self, kwargs: dict) -> Optional[dict]:
+        """The closed-loop state payload for this rollout, or None for "use the config's initial state"."""
+        step = _plain(kwargs.get("global_steps"))
+        step = None if step is None else int(step)
+        source = _STATE_SOURCE
+        if source is not None:
+            value = source(step) if callable(source) else source
+            return _as_payload(value)
+        import ray
+
+        if not ray.is_initialized():
+            return None
+        from seal_verl.verl_glue import state_actor
+
+        if step is not None:
+            return await state_actor.client_for(self.config).aget(step)
+        # The legacy trainer does not pass global_steps to agent loops: read uncached (one small remote call).
+        name, namespace, _ = state_actor.actor_coordinates(self.config)
+        payload = await state_actor.lookup_state_actor(name, namespace).get.remote()
+        if payload is None:
+            raise state_actor.SealStateError(f"SEAL state actor {name!r} holds no state yet")
+        return payload
+
+    async def _make_wrapper(self, env, kwargs: dict, meta: dict):
+        """The observation wrapper for a training rollout, or None when the environment side is off."""
+        from env_wrappers.observation import SealObservationWrapper
+        from seal_verl.interface import InterfaceState
+        from seal_verl.loop import ClosedLoopState, SealSwitches, effective_interface_config
+        from seal_verl.verl_glue.config import parse_seal_config
+
+        seal_cfg = parse_seal_config(self.config.get("seal") if hasattr(self.config, "get") else None)
+        payload = await self._payload(kwargs)
+        if payload is None:
+            switches = seal_cfg.switches
+            state = ClosedLoopState.initial(switches, seal_cfg.interface, seal_cfg.weighting)
+            meta["interface_source"] = "initial"
+            meta["interface_global_step"] = None
+        else:
+            switches = SealSwitches.from_dict(payload["switches"]) if payload.get("switches") else seal_cfg.switches
+            state = ClosedLoopState.from_dict(payload["state"])
+            meta["interface_source"] = "published"
+            meta["interface_global_step"] = payload.get("global_step")
+        icfg = effective_interface_config(switches, seal_cfg.interface)
+        interface: InterfaceState = state.interface
+        meta["interface_step"] = int(interface.step)
+        meta["interface_active"] = sorted(k for k, on in interface.active.items() if on)
+        if not switches.env_side or not icfg.enabled:
+            meta["interface_active"] = []
+            return None
+        wrapper = SealObservationWrapper(env, interface, icfg, prevalence=dict(state.prevalence_ema or {}))
+        meta["interface_active"] = sorted(wrapper.kinds)
+        return wrapper
+
+    # -------------------------------------------------------------------------------- rendering helpers
+
+    def _initial_messages(self, task, first_user: list[dict]) -> tuple[list[dict], Optional[list[dict]]]:
+        """(messages, tools) of the prompt: the system prompt tells the task's tools."""
+        messages = [dict(m) for m in first_user]
+        if self.system_prompt:
+            if messages and messages[0].get("role") == "system":
+                messages[0]["content"] = self.system_prompt + "\n\n" + str(messages[0].get("content") or "")
+            else:
+                messages.insert(0, {"role": "system", "content": self.system_prompt})
+        if self.call_format == "json":
+            return messages, task.tools(upto_turn=0)
+        # BFCL's prompt mode: its default system prompt with the function docs (BFCL's doc dialect); an
+        # existing system message is kept after it, as BFCL's system_prompt_pre_processing_chat_model does.
+        docs = list(task.functions) + list(task.missed_functions.get(0, []))
+        system = bfcl_prompt_mode_system_prompt(docs)
+        if messages and messages[0].get("role") == "system":
+            messages[0]["content"] = system + "\n\n" + str(messages[0].get("content") or "")
+        else:
+            messages.insert(0, {"role": "system", "content": system})
+        return messages, None
+
+    def _reveal_messages(self, task, turn: int, msgs: list[dict], revealed_tools: list[dict]) -> list[dict]:
+        """Write the docs of functions revealed at ``turn`` into the reveal turn's user message (see module doc)."""
+        if not revealed_tools or not msgs:
+            return msgs
+        if self.call_format == "python":
+            docs: Any = task.missed_functions.get(turn, [])
+            doc_text = str(docs)  # BFCL's prompt mode formats the raw doc list the same way
+        else:
+            doc_text = "\n".join(json.dumps(t, ensure_ascii=False) for t in revealed_tools)
+        out = [dict(m) for m in msgs]
+        first = next((i for i, m in enumerate(out) if m.get("role") == "user"), 0)
+        out[first]["content"] = doc_text + "\n" + str(out[first].get("content") or "")
+        return out
+
+    def _tool_messages(self, tool_results: list) -> list[dict]:
+        # verl's Continuous Token builder appends only tool/user/system/assistant messages; Llama 3.1's chat
+        # template renders a ``tool`` message under its ``ipython`` header, so ``tool_role: ipython`` is sent as
+        # ``tool`` (the rendered bytes are the ones the template gives an ipython turn).
+        return [{"role": "tool", "name": tr.name or "tool", "content": tr.content} for tr in tool_results]
+
+    def _count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False)) if text else 0
+
+    async def _initial_tokens(self, messages: list[dict], tools: Optional[list[dict]]) -> list[int]:
+        ids = await self.loop.run_in_executor(
+            None, lambda: self.continuous_token_builder.build_initial_tokens(messages, tools=tools)
+        )
+        if len(ids) > self.prompt_length:
+            # verl would left-truncate, which cuts the tool list out of the system prompt: fail loudly instead.
+            raise ValueError(
+                f"BFCL prompt of {len(ids)} tokens exceeds rollout.prompt_length={self.prompt_length} "
+                "(data.max_prompt_length); raise it so the task's tool docs fit"
+            )
+        return list(ids)
+
+    # -------------------------------------------------------------------------------- cue budget
+
+    def _apply_cue_budget(self, budget: _Budget, wrapper, n_before: int, msgs: list[dict]) -> list[dict]:
+        """Account the cues the wrapper inserted since ``n_before`` into ``msgs``; over ``max_cue_tokens`` they
+        are stripped again (the wrapper only appends) and the interface is off for the rest of the trajectory.
+
+        Cue tokens are counted by encoding each inserted block on its own (separator and marker included).
+        """
+        new_blocks = wrapper.inserted_cues[n_before:]
+        if not new_blocks:
+            return msgs
+        tokens = sum(self._count_tokens(b) for b in new_blocks)
+        if budget.limit is not None and budget.tokens + tokens > budget.limit:
+            budget.suppressed += len(new_blocks)
+            budget.exhausted = True
+            return [dict(m, content=_strip_blocks(m.get("content"), new_blocks)) for m in msgs]
+        budget.tokens += tokens
+        budget.count += len(new_blocks)
+        return msgs
+
+    # -------------------------------------------------------------------------------- the rollout
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+        from env_wrappers.bfcl.env import BFCLEnv
+        from env_wrappers.bfcl.tasks import load_tasks
+        from env_wrappers.observation import empty_cue_stats
+
+        task_id = task_id_of(kwargs)
+        row_format = _plain(_row_extra_info(kwargs).get("call_format"))
+        if row_format and row_format != self.call_format:
+            raise ValueError(
+                f"dataset row of {task_id} was prepared for call_format={row_format!r} but the {self.loop_name!r} "
+                f"agent loop is configured with call_format={self.call_format!r} (agent-loop YAML); use the "
+                "agent-loop file of the backbone the data was prepared for"
+            )
+        task = (await self.loop.run_in_executor(None, lambda: load_tasks([task_id])))[task_id]
+        env = BFCLEnv(task, call_format=self.call_format, max_steps_per_turn=self.max_steps_per_turn,
+                      call_timeout_s=self.call_timeout_s)
+        meta: dict[str, Any] = {"agent_loop": self.loop_name, "call_format": self.call_format}
+        wrapper = await self._make_wrapper(env, kwargs, meta) if self.training else None
+        budget = _Budget(self.max_cue_tokens)
+        metrics: dict[str, Any] = {}
+
+        # ---- the prompt
+        obs = wrapper if wrapper is not None else env
+        n_cues = 0
+        first_user = obs.reset()
+        if wrapper is not None:
+            first_user = self._apply_cue_budget(budget, wrapper, n_cues, first_user)
+            n_cues = len(wrapper.inserted_cues)
+        messages, tools = self._initial_messages(task, first_user)
+        all_ids = await self._initial_tokens(messages, tools)
+        n_prompt = len(all_ids)
+
+        response_mask: list[int] = []
+        response_logprobs: list[float] = []
+        use_logprobs = False
+        request_id = f"{task_id}/{uuid4().hex}"
+        extra_from_server: dict[str, Any] = {}
+        routed_experts = None
+        assistant_msgs = context_msgs = 0
+        turn_tokens = 0
+        turn_index = 0
+        events: list[dict] = []
+
+        def obs_env():
+            # once the cue budget is spent the rest of the trajectory sees the bare environment
+            return env if (wrapper is None or budget.exhausted) else wrapper
+
+        while not env.done:
+            left = self.response_length - len(response_mask)
+            turn_left = None if self.max_tokens_per_turn is None else self.max_tokens_per_turn - turn_tokens
+            if left <= 0:
+                env.terminate("token_budget")
+                events.append({"turn": turn_index, "event": "trajectory_budget"})
+                break
+            if turn_left is not None and turn_left <= 0:
+                result = obs_env().end_turn("token_budget")
+                events.append({"turn": turn_index, "event": "turn_budget"})
+            else:
+                max_tokens = left if turn_left is None else min(left, turn_left)
+                if self.max_tokens_per_step is not None:
+                    max_tokens = min(max_tokens, self.max_tokens_per_step)
+                params = dict(sampling_params)
+                params["max_tokens"] = int(max_tokens)
+                with simple_timer("generate_sequences", metrics):
+                    output = await self.server_manager.generate(
+                        request_id=request_id, prompt_ids=all_ids, sampling_params=params
+                    )
+                if metrics.get("num_preempted") is None:
+                    metrics["num_preempted"] = output.num_preempted if output.num_preempted is not None else -1
+                elif output.num_preempted is not None:
+                    metrics["num_preempted"] += output.num_preempted
+                if not extra_from_server:
+                    extra_from_server.update(output.extra_fields or {})
+                elif (output.extra_fields or {}).get("max_global_steps") is not None:
+                    extra_from_server["max_global_steps"] = output.extra_fields["max_global_steps"]
+                token_ids = list(output.token_ids)[: int(max_tokens)]
+                log_probs = list(output.log_probs)[: len(token_ids)] if output.log_probs is not None else None
+                if assistant_msgs == 0:  # the server either returns log-probs or not; decided by its first answer
+                    use_logprobs = log_probs is not None
+                if use_logprobs and not token_ids:
+                    log_probs = []
+                if use_logprobs and (log_probs is None or len(log_probs) != len(token_ids)):
+                    raise ValueError("the rollout server returned log-probs for some generations and not for others")
+                merge, response_mask, new_logprobs = await self.ct_merge_assistant_token(
+                    all_ids, token_ids, response_mask,
+                    response_logprobs if use_logprobs else None,
+                    assistant_logprobs=log_probs if use_logprobs else None,
+                )
+                all_ids = merge.token_ids
+                if new_logprobs is not None:
+                    response_logprobs = new_logprobs
+                if output.routed_experts is not None:
+                    routed_experts = output.routed_experts
+                assistant_msgs += 1
+                turn_tokens += len(token_ids)
+                text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+                messages.append({"role": "assistant", "content": text})
+                with simple_timer("tool_calls", metrics):
+                    result = await self.loop.run_in_executor(None, lambda: obs_env().step(text))
+
+            # ---- observation: tool results of this step, or the next user turn
+            new_msgs: list[dict] = []
+            if result.tool_results and not result.turn_done:
+                new_msgs = self._tool_messages(result.tool_results)
+            elif result.turn_done and not result.episode_done:
+                turn_index += 1
+                turn_tokens = 0
+                new_msgs = self._reveal_messages(task, env.turn, list(result.next_user or []),
+                                                 list(result.revealed_tools or []))
+            if wrapper is not None and not budget.exhausted:
+                new_msgs = self._apply_cue_budget(budget, wrapper, n_cues, new_msgs)
+            if wrapper is not None:
+                n_cues = len(wrapper.inserted_cues)
+            if not new_msgs:
+                continue  # episode over (or a turn ended with nothing to show: cannot happen with BFCLEnv)
+            previous = list(messages)
+            messages.extend(new_msgs)
+            merge, new_mask, new_logprobs = await self.ct_merge_context_msg(
+                previous, messages, all_ids, response_mask,
+                response_logprobs if use_logprobs else None,
+                tools=tools,
+            )
+            if len(new_mask) >= self.response_length:
+                # the observation does not fit (and nothing could follow it): stop the episode here
+                messages[:] = previous
+                env.terminate("token_budget")
+                events.append({"turn": turn_index, "event": "observation_over_budget"})
+                break
+            all_ids = merge.token_ids
+            response_mask = new_mask
+            if use_logprobs and new_logprobs is not None:
+                response_logprobs = new_logprobs
+            context_msgs += 1
+
+        # ---- the record
+        stats = copy.deepcopy(wrapper.cue_stats) if wrapper is not None else empty_cue_stats([], enabled=False)
+        stats["tokens"] = budget.tokens
+        stats["count_rendered"] = budget.count
+        stats["suppressed_by_token_budget"] = budget.suppressed
+        env.trace.meta.update(meta)
+        env.trace.meta["cues"] = stats
+        env.trace.meta["budget_events"] = events
+        env.trace.meta["tokens"] = {"prompt": n_prompt, "response": len(response_mask),
+                                    "llm": int(sum(response_mask))}
+
+        n_resp = len(response_mask)
+        response_ids = all_ids[len(all_ids) - n_resp:] if n_resp else []
+        prompt_ids = all_ids[: len(all_ids) - n_resp]
+        extra_fields = dict(extra_from_server)
+        extra_fields.update({
+            TRACE_FIELD: env.trace.to_json(),
+            TASK_ID_FIELD: task_id,
+            LOOP_FIELD: self.loop_name,
+            CUE_TOKENS_FIELD: int(budget.tokens),
+            CUE_COUNT_FIELD: int(budget.count),
+        })
+        return AgentLoopOutput(
+            prompt_ids=prompt_ids,
+            response_ids=response_ids[: self.response_length],
+            response_mask=response_mask[: self.response_length],
+            response_logprobs=response_logprobs[: self.response_length] if use_logprobs else None,
+            routed_experts=(routed_experts[: len(prompt_ids) + self.response_length]
+                            if routed_experts is not None else None),
+            num_turns=1 + assistant_msgs + context_msgs,
+            metrics=metrics,
+            extra_fields=extra_fields,
+        )
+
+
+def _single_call_synthetic_assistant(builder) -> None:
+    """Make ``builder`` render a group of tool results after a synthetic assistant with ONE tool call.
+
+    verl's Continuous Token builder renders appended tool messages as the suffix after a synthetic assistant
+    message carrying one tool call per tool message (``_synthetic_assistant_for_tools``, a documented
+    extension hook). Llama 3.1-style templates raise on an assistant message with more than one tool call,
+    but render each tool message as its own ``ipython`` turn whatever the call count, so one synthetic call
+    gives the same suffix bytes without the exception. Applied to this loop's builder instance only.
+    """
+    original = builder._synthetic_assistant_for_tools
+
+    def synthetic(tool_messages):
+        return original(list(tool_messages)[:1])
+
+    builder._synthetic_assistant_for_tools = synthetic
+
+
+def bfcl_prompt_mode_system_prompt(docs: list[dict]) -> str:
+    """BFCL's default prompt-mode system prompt (``DEFAULT_SYSTEM_PROMPT_FORMAT``: Python call list, no tag,
+    JSON function docs, plain text, classic style) for ``docs``.
+
+    Composed from BFCL's own template strings in ``bfcl_eval.constants.default_prompts`` the way
+    ``bfcl_eval.model_handler.utils.formulate_system_prompt`` composes them; that module itself cannot be
+    imported in the lean install (it needs ``tree_sitter`` for Java/JS parsers that multi-turn never uses).
+    """
+    from bfcl_eval.constants.default_prompts import (
+        OUTPUT_FORMAT_MAPPING,
+        PARAM_TYPE_MAPPING,
+        PROMPT_STYLE_TEMPLATES,
+        PROMPT_TEMPLATE_MAPPING,
+    )
+
+    style = PROMPT_STYLE_TEMPLATES["classic"]
+    return PROMPT_TEMPLATE_MAPPING["plaintext"].format(
+        persona=style["persona"],
+        task=style["task"],
+        tool_call_format=style["tool_call_no_tag"].format(
+            output_format=OUTPUT_FORMAT_MAPPING["python"], param_types=PARAM_TYPE_MAPPING["python"]
+        ),
+        multiturn_behavior=style["multiturn_behavior"],
+        available_tools=style["available_tools"].format(format="json", functions=json.dumps(docs, indent=4)),
+    )
+
+
+def _strip_blocks(content: Any, blocks: list[str]) -> Any:
+    """Remove cue blocks appended at the end of ``content`` (the wrapper only ever appends)."""
+    if not isinstance(content, str):
+        return content
+    changed = True
+    while changed:
+        changed = False
+        for b in reversed(blocks):
+            if b and content.endswith(b):
+                content = content[: -len(b)]
+                changed = True
+                break
+    return content
+
+
+def _as_payload(value: Any) -> Optional[dict]:
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        if "state" not in value:
+            raise ValueError("a SEAL state payload needs a 'state' key (ClosedLoopState.to_dict())")
+        return value
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):  # a ClosedLoopState
+        return {"state": to_dict()}
+    raise TypeError(f"unsupported SEAL state source value of type {type(value).__name__}")
+
+
+@register(TRAIN_LOOP)
+class SealBFCLAgentLoop(BFCLAgentLoopBase):
+    """``seal_bfcl``: a BFCL task under the SEAL training interface Omega_t."""
+
+    training = True
+    loop_name = TRAIN_LOOP
+
+
+@register(EVAL_LOOP)
+class BFCLAgentLoop(BFCLAgentLoopBase):
+    """``bfcl``: a BFCL task with the interface removed (evaluation)."""
+
+    training = False
+    loop_name = EVAL_LOOP
+
+
+#: name -> class, for the plugin and for tests.
+AGENT_LOOPS = {TRAIN_LOOP: SealBFCLAgentLoop, EVAL_LOOP: BFCLAgentLoop}
+
+
+def register_agent_loops() -> None:
+    """(Re-)register both loops with verl's agent-loop registry (idempotent; called by the plugin)."""
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+
+    for name, cls in AGENT_LOOPS.items():
+        target = f"{cls.__module__}.{cls.__qualname__}"
+        existing = _agent_loop_registry.get(name)
+        if existing is None or (isinstance(existing, dict) and set(existing) == {"_target_"}):
+            _agent_loop_registry[name] = {"_target_": target}
