@@ -1,13 +1,18 @@
-# seal-verl: set-up and the two main commands.
-#   make test   - build the lean CPU environment (.venv) and run the test suite
-#   make run    - build it and run the main job (see README)
+# seal-verl: set-up and the main commands (see README.md).
+#   make test          lean CPU environment (.venv) + the test suite
+#   make run           real SEAL training on CPU through verl's launcher (builds .venv-cpu-train first)
+#   make run-grpo      the same run with SEAL switched off (vanilla GRPO), for a step-by-step comparison
+#   make dry-run       the closed loop with a scripted policy (no vLLM, no optimizer step)
+#   make diagnose-demo label a demo `bfcl generate` result file and plot it
+#   make bench         the overhead benchmarks
 PYTHON ?= python3.11
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 PIP     = $(PY) -m pip
 BFCL_EVAL_VERSION = 2026.3.23
+STEPS  ?= 4
 
-.PHONY: venv test run clean
+.PHONY: venv test run run-grpo cpu-env dry-run diagnose-demo bench clean
 
 $(VENV)/.installed: setup.py Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -24,10 +29,25 @@ venv: $(VENV)/.installed
 test: venv
 	$(PY) -m pytest -q tests
 
-run: venv
+cpu-env:
+	bash recipes/bfcl_v3/cpu/setup_cpu_train_env.sh
+
+run:
+	VARIANT=seal STEPS=$(STEPS) OUT=runs/cpu/seal bash recipes/bfcl_v3/cpu/run_cpu.sh
+
+run-grpo:
+	VARIANT=grpo STEPS=$(STEPS) OUT=runs/cpu/grpo bash recipes/bfcl_v3/cpu/run_cpu.sh
+
+dry-run: venv
+	$(VENV)/bin/seal-verl dry-run --out runs/dry
+
+diagnose-demo: venv
 	mkdir -p runs/demo
 	$(VENV)/bin/seal-verl demo-results runs/demo/results.jsonl
 	$(VENV)/bin/seal-verl diagnose runs/demo/results.jsonl --out runs/demo/labels.jsonl --plot runs/demo/labels.png
+
+bench: venv
+	$(PY) bench/bench_verifier.py
 
 clean:
 	rm -rf $(VENV) runs

@@ -15,6 +15,7 @@ import importlib
 import inspect
 import json
 import threading
+import time
 from typing import Any
 
 from . import calls as _calls
@@ -27,6 +28,22 @@ _CLASS_LOCK = threading.Lock()
 REFUSED_NAMES = frozenset(["kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run"])
 
 ERROR_PREFIX = "Error during execution: "
+
+#: BFCL backend methods that write module-level state shared by every instance. In long-context mode
+#: ``VehicleControlAPI.get_outside_temperature_from_google`` stores its reading in the module dict
+#: ``LONG_WEATHER_EXTENSION`` and returns that very dict, so two rollouts calling it at the same time can
+#: each report the other's reading. Such calls run under one process-wide lock and hand back a private copy
+#: of what they return; a single call behaves exactly as before.
+SHARED_STATE_METHODS = frozenset({("VehicleControlAPI", "get_outside_temperature_from_google")})
+_SHARED_STATE_LOCK = threading.Lock()
+
+
+def _guarded(method):
+    def guarded(*args, **kwargs):
+        with _SHARED_STATE_LOCK:
+            return copy.deepcopy(method(*args, **kwargs))
+
+    return guarded
 
 
 class CallTimeout(Exception):
@@ -48,10 +65,75 @@ def _class_for(class_name: str) -> type:
     return cls
 
 
+_METHODS_CACHE: dict[type, tuple[str, ...]] = {}
+
+
+def _public_methods(inst: Any) -> tuple[str, ...]:
+    """Public method names of a backend instance, as BFCL lists them (``inspect.getmembers`` with
+    ``ismethod``, names without a leading underscore, in its sorted order). Methods live on the class, so
+    the list is computed once per class (a performance cache; the result is the same for every instance)."""
+    cls = type(inst)
+    names = _METHODS_CACHE.get(cls)
+    if names is None:
+        names = tuple(n for n, _ in inspect.getmembers(inst, predicate=inspect.ismethod) if not n.startswith("_"))
+        _METHODS_CACHE[cls] = names
+    return names
+
+
+_METHOD_NAMES: dict[tuple, frozenset] = {}
+
+
+def method_names(involved_classes: list[str]) -> frozenset:
+    """The public method names a :class:`Backends` of these classes dispatches (they depend on the classes
+    only), without building instances for every caller: computed once per class list."""
+    key = tuple(involved_classes)
+    names = _METHOD_NAMES.get(key)
+    if names is None:
+        names = frozenset(Backends(list(key), {}, False, None).methods)
+        _METHOD_NAMES[key] = names
+    return names
+
+
 def _stateless() -> frozenset[str]:
     from bfcl_eval.constants.executable_backend_config import STATELESS_CLASSES
 
     return frozenset(STATELESS_CLASSES)
+
+
+class _NotPlainData(Exception):
+    pass
+
+
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+
+
+def _copy_plain(value: Any, seen: set) -> Any:
+    t = type(value)
+    if t in _ATOMS:
+        return value
+    if id(value) in seen:
+        raise _NotPlainData  # a shared sub-object: deepcopy keeps the sharing
+    seen.add(id(value))
+    if t is dict:
+        out = {}
+        for k, v in value.items():
+            if type(k) not in _ATOMS:
+                raise _NotPlainData
+            out[k] = v if type(v) in _ATOMS else _copy_plain(v, seen)
+        return out
+    if t is list:
+        return [v if type(v) in _ATOMS else _copy_plain(v, seen) for v in value]
+    raise _NotPlainData
+
+
+def _copy_config(config: Any) -> Any:
+    """``copy.deepcopy`` of a scenario config. Task configs are JSON data (dicts, lists, scalars, no shared
+    sub-objects); those are copied by a plain recursive copy, several times faster than deepcopy and equal
+    to what it returns. Anything else goes to deepcopy."""
+    try:
+        return _copy_plain(config, set())
+    except (_NotPlainData, RecursionError):
+        return copy.deepcopy(config)
 
 
 def format_result(value: Any) -> str:
@@ -102,11 +184,10 @@ class Backends:
         for class_name in involved_classes:
             inst = _class_for(class_name)()
             if class_name not in stateless:
-                inst._load_scenario(copy.deepcopy(initial_config.get(class_name, {})), long_context=long_context)
+                inst._load_scenario(_copy_config(initial_config.get(class_name, {})), long_context=long_context)
             self.instances[class_name] = inst
-            for method_name, _ in inspect.getmembers(inst, predicate=inspect.ismethod):
-                if not method_name.startswith("_"):
-                    self.methods[method_name] = (class_name, method_name)
+            for method_name in _public_methods(inst):
+                self.methods[method_name] = (class_name, method_name)
 
     def copy(self) -> "Backends":
         """An independent deep copy (used for counterfactual checks; the original is never touched)."""
@@ -128,23 +209,98 @@ class Backends:
         that does not parse, names no public method of an involved instance, or is on BFCL's refusal list
         runs nothing and returns BFCL's kind of error text.
         """
+        final, invocation = self._prepare(call)
+        return final if final is not None else self._invoke(*invocation)
+
+    def _prepare(self, call: str) -> tuple:
+        """Parse and check one call without running it. Returns ``(final, None)`` with the final
+        ``(text, is_error, executed)`` of a call that cannot run, or ``(None, (name, args, kwargs))`` to
+        invoke. Nothing here depends on backend state."""
+        undefined = None
         try:
-            name, args, kwargs = _calls.split_call(call)
+            name, args, kwargs = _calls.split_call(call, bare_names=False)
+        except _calls.UndefinedName as exc:
+            # A bare identifier among the arguments (``nan``/``inf`` from a non-finite float): BFCL's eval
+            # fails on it after resolving the function, without running anything.
+            name, undefined, args, kwargs = exc.func, exc.name, (), {}
         except ValueError as exc:
-            return ERROR_PREFIX + f"invalid syntax ({exc})", True, False
+            return (ERROR_PREFIX + f"invalid syntax ({exc})", True, False), None
         bare = name.split(".")[-1]
         if bare in REFUSED_NAMES:
-            return ERROR_PREFIX + f"Function call {bare} is not allowed.", True, False
+            return (ERROR_PREFIX + f"Function call {bare} is not allowed.", True, False), None
         if "." in name or name not in self.methods:
             root = name.split(".")[0]
-            return ERROR_PREFIX + f"name '{root}' is not defined", True, False
-        return self._invoke(name, args, kwargs)
+            return (ERROR_PREFIX + f"name '{root}' is not defined", True, False), None
+        if undefined is not None:
+            return (ERROR_PREFIX + f"name '{undefined}' is not defined", True, False), None
+        return None, (name, args, kwargs)
+
+    def execute_many(self, calls: list) -> list:
+        """Execute call strings in order: the same results as ``[self.execute(c) for c in calls]``.
+
+        Without a time limit the calls run inline. With one, the calls that reach a backend method run as a
+        single job on a worker thread, each still under its own limit (counted from its start, the first
+        from submission): one hand-off between threads per batch instead of one per call. A call over its
+        limit gets the timeout error and marks the backends broken; the batch's later invocations then get
+        the broken error without running, exactly as separate ``execute`` calls would.
+        """
+        if self.call_timeout_s is None or len(calls) <= 1:
+            return [self.execute(c) for c in calls]
+        out: list = [None] * len(calls)
+        jobs = []  # (position in calls, name, args, kwargs)
+        for i, c in enumerate(calls):
+            final, invocation = self._prepare(c)
+            if final is not None:
+                out[i] = final
+            else:
+                jobs.append((i, *invocation))
+        if len(jobs) <= 1 or self.broken:
+            for i, name, args, kwargs in jobs:
+                out[i] = self._invoke(name, args, kwargs)
+            return out
+        bound = [(self._bound(name), args, kwargs) for _, name, args, kwargs in jobs]
+        done: list = []
+        progress = [(0, None)]  # (index of the running job, its start time), replaced atomically
+        cancel = threading.Event()
+        submitted = time.monotonic()
+        future = self._get_pool().submit(_run_batch, bound, done, progress, cancel)
+        while True:
+            idx, started = progress[0]
+            deadline = (started if started is not None else submitted) + self.call_timeout_s
+            try:
+                future.result(timeout=max(0.0, deadline - time.monotonic()))
+                break
+            except concurrent.futures.TimeoutError:
+                if progress[0] != (idx, started):
+                    continue  # that call returned and the next one started: wait for its own limit
+                cancel.set()
+                self.broken = (f"tool backend stopped responding after {self.call_timeout_s:g}s; "
+                               "the episode's tools are unavailable")
+                for j, (i, name, _, _) in enumerate(jobs):
+                    if j < idx:
+                        out[i] = done[j]
+                    elif j == idx:
+                        out[i] = (ERROR_PREFIX + f"call to {name} timed out after {self.call_timeout_s:g}s",
+                                  True, True)
+                    else:
+                        out[i] = (ERROR_PREFIX + self.broken, True, False)
+                return out
+        for (i, *_), r in zip(jobs, done):
+            out[i] = r
+        return out
+
+    def _bound(self, name: str):
+        """The bound backend method for a public method name (guarded if it writes module-level state)."""
+        class_name, method_name = self.methods[name]
+        method = getattr(self.instances[class_name], method_name)
+        if (class_name, method_name) in SHARED_STATE_METHODS:
+            return _guarded(method)
+        return method
 
     def _invoke(self, name: str, args: tuple, kwargs: dict) -> tuple[str, bool, bool]:
         if self.broken:
             return ERROR_PREFIX + self.broken, True, False
-        class_name, method_name = self.methods[name]
-        method = getattr(self.instances[class_name], method_name)
+        method = self._bound(name)
         if self.call_timeout_s is None:
             try:
                 value = method(*args, **kwargs)
@@ -170,6 +326,15 @@ class Backends:
 
     def state(self) -> dict[str, dict]:
         return {name: public_state(inst) for name, inst in self.instances.items()}
+
+
+def _run_batch(bound: list, done: list, progress: list, cancel: threading.Event) -> None:
+    """Worker side of :meth:`Backends.execute_many`: run the calls in order, publishing progress."""
+    for j, (method, args, kwargs) in enumerate(bound):
+        if cancel.is_set():
+            return
+        progress[0] = (j, time.monotonic())
+        done.append(_run_call(method, args, kwargs))
 
 
 def _run_call(method, args, kwargs) -> tuple[str, bool, bool]:

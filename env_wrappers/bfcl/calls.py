@@ -17,6 +17,8 @@ whole messages (it is used only on already-validated constant nodes).
 from __future__ import annotations
 
 import ast
+import copy
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -48,6 +50,20 @@ class NotLiteral(ValueError):
     """An argument is an expression (call, operator, comprehension, ...) rather than a literal."""
 
 
+class UndefinedName(NotLiteral):
+    """A bare identifier in a call string that is executed (only with ``bare_names=False``).
+
+    Canonical call strings are ``repr`` text, where a bare identifier can only come from a non-finite float
+    (``nan``, ``inf``). BFCL's ``eval`` looks such a name up and fails with ``name 'nan' is not defined``;
+    execution reproduces that instead of reading the name as a string. ``func`` is the called name.
+    """
+
+    def __init__(self, name: str, func: str = ""):
+        super().__init__(f"name '{name}' is not defined")
+        self.name = name
+        self.func = func
+
+
 @dataclass
 class Decoded:
     """The calls decoded from one assistant message.
@@ -69,6 +85,13 @@ class Decoded:
 
 # ----------------------------------------------------------------------------------------------------------
 # literal values
+
+
+def _too_deep(text: str) -> bool:
+    """Whether bracket nesting (outside string literals) exceeds MAX_DEPTH."""
+    if text.count("(") + text.count("[") + text.count("{") <= MAX_DEPTH:
+        return False  # nesting cannot exceed the number of opening brackets: no need to scan
+    return _max_depth(text) > MAX_DEPTH
 
 
 def _max_depth(text: str) -> int:
@@ -94,11 +117,12 @@ def _max_depth(text: str) -> int:
     return best
 
 
-def literal_value(node: ast.AST) -> Any:
+def literal_value(node: ast.AST, bare_names: bool = True) -> Any:
     """Turn an ``ast`` node into a Python value if it is a literal, else raise :class:`NotLiteral`.
 
     Accepted: str, int, float, bool, None constants, a sign on a number, lists, tuples and dicts of those.
-    A bare name becomes its identifier string, as BFCL's decoder does (``f(x=abc)`` means ``x='abc'``).
+    A bare name becomes its identifier string, as BFCL's decoder does (``f(x=abc)`` means ``x='abc'``);
+    with ``bare_names=False`` (executing a canonical call string) it raises :class:`UndefinedName`.
     Everything else (calls, operators, attribute access, comprehensions, f-strings, bytes, sets) is refused.
     """
     if isinstance(node, ast.Constant):
@@ -109,24 +133,58 @@ def literal_value(node: ast.AST) -> Any:
         if isinstance(node.operand, ast.Constant) and type(node.operand.value) in (int, float):
             v = node.operand.value
             return -v if isinstance(node.op, ast.USub) else v
+        if not bare_names and isinstance(node.operand, ast.Name):
+            raise UndefinedName(node.operand.id)
         raise NotLiteral("a sign may only precede a number")
     if isinstance(node, ast.List):
-        return [literal_value(e) for e in node.elts]
+        return [literal_value(e, bare_names) for e in node.elts]
     if isinstance(node, ast.Tuple):
-        return tuple(literal_value(e) for e in node.elts)
+        return tuple(literal_value(e, bare_names) for e in node.elts)
     if isinstance(node, ast.Dict):
         out = {}
         for k, v in zip(node.keys, node.values):
             if k is None:
                 raise NotLiteral("dict unpacking is not a literal")
-            key = literal_value(k)
+            key = literal_value(k, bare_names)
             if not isinstance(key, (str, int, float, bool)) and key is not None:
                 raise NotLiteral("dict keys must be scalars")
-            out[key] = literal_value(v)
+            out[key] = literal_value(v, bare_names)
         return out
     if isinstance(node, ast.Name):
+        if not bare_names:
+            raise UndefinedName(node.id)
         return node.id
     raise NotLiteral(f"{type(node).__name__} is not a literal")
+
+
+def _value_problem(value: Any, depth: int = 1) -> tuple[str, str] | None:
+    """Why a decoded argument value cannot become a literal call string, or None if it can.
+
+    JSON tool calls and function-calling steps hand us Python values; only JSON-like literals (exact str,
+    int, float, bool, None, list, tuple, dict with scalar keys) are accepted, nested no deeper than a call
+    string may be (``depth`` counts the call's own parentheses). Checked before ``repr`` so that nothing
+    recurses without bound and no foreign ``__repr__`` runs.
+    """
+    t = type(value)
+    if value is None or t is str or t is int or t is float or t is bool:
+        return None
+    if depth > MAX_DEPTH and t in (list, tuple, dict):
+        return PARSE_TOO_LARGE, f"arguments nested deeper than {MAX_DEPTH}"
+    if t is list or t is tuple:
+        for v in value:
+            p = _value_problem(v, depth + 1)
+            if p:
+                return p
+        return None
+    if t is dict:
+        for k, v in value.items():
+            if k is not None and type(k) not in (str, int, float, bool):
+                return PARSE_NON_LITERAL, "dict keys must be scalars"
+            p = _value_problem(v, depth + 1)
+            if p:
+                return p
+        return None
+    return PARSE_NON_LITERAL, f"unsupported value of type {t.__name__}"
 
 
 def canonical_call(name: str, args: tuple = (), kwargs: dict | None = None) -> str:
@@ -152,10 +210,21 @@ def _call_record(raw: str, name: Any, args: tuple, kwargs: dict) -> CallRecord:
     if any(not isinstance(k, str) or not k.isidentifier() for k in kwargs):
         return CallRecord(raw=raw, parse_status=PARSE_BAD_STRUCTURE, name=name,
                           parse_error="argument names must be identifiers")
+    # The canonical string must be what split_call reads back: literal values, bounded depth and size.
+    problem = _value_problem(list(args) + list(kwargs.values()))
+    if problem is None:
+        try:
+            call = canonical_call(name, args, kwargs)
+        except ValueError:  # an integer beyond Python's int-to-str digit limit
+            problem = PARSE_TOO_LARGE, "integer literal too large"
+        else:
+            if len(call) > MAX_TEXT_CHARS:
+                problem = PARSE_TOO_LARGE, f"call of {len(call)} characters exceeds the limit of {MAX_TEXT_CHARS}"
+    if problem is not None:
+        return CallRecord(raw=raw, parse_status=problem[0], name=name, parse_error=problem[1])
     arguments = {f"__arg{i}": _jsonable(a) for i, a in enumerate(args)}
     arguments.update({k: _jsonable(v) for k, v in kwargs.items()})
-    return CallRecord(raw=raw, parse_status=PARSE_OK, name=name, arguments=arguments,
-                      call=canonical_call(name, args, kwargs))
+    return CallRecord(raw=raw, parse_status=PARSE_OK, name=name, arguments=arguments, call=call)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -198,7 +267,7 @@ def _resolve_call(node: ast.AST, raw: str) -> CallRecord:
 def _parse_python_ast(text: str) -> ast.AST:
     if len(text) > MAX_TEXT_CHARS:
         raise OverflowError(f"message of {len(text)} characters exceeds the limit of {MAX_TEXT_CHARS}")
-    if _max_depth(text) > MAX_DEPTH:
+    if _too_deep(text):
         raise OverflowError(f"nesting deeper than {MAX_DEPTH}")
     return ast.parse(text, mode="eval")
 
@@ -214,11 +283,40 @@ def parse_call_string(text: str) -> CallRecord:
     return _resolve_call(tree.body, text)
 
 
-def split_call(text: str) -> tuple[str, tuple, dict]:
+def split_call(text: str, bare_names: bool = True) -> tuple[str, tuple, dict]:
     """Split a single call string into ``(name, args, kwargs)`` with literal values; ``ValueError`` otherwise.
 
-    Used to execute canonical call strings from traces and BFCL's ground truth.
+    Used to execute canonical call strings from traces and BFCL's ground truth. With ``bare_names=False``
+    (execution) a bare identifier among the arguments raises :class:`UndefinedName` naming it and the
+    called function, as BFCL's ``eval`` would fail on it.
+
+    Short strings are parsed once and kept in a small LRU cache (the same ground-truth and model calls are
+    executed by every rollout of a task and again by the verifier); every caller gets its own argument
+    objects, so a backend that keeps or mutates an argument never touches another caller's.
     """
+    if len(text) > _SPLIT_CACHE_MAX_CHARS:
+        return _split_call(text, bare_names)
+    name, args, kwargs, mutable = _split_call_cached(text, bare_names)
+    if mutable:
+        args, kwargs = copy.deepcopy((args, kwargs))
+        return name, args, kwargs
+    return name, args, dict(kwargs)
+
+
+_SPLIT_CACHE_MAX_CHARS = 500
+
+
+def _is_mutable(v: Any) -> bool:
+    return isinstance(v, (list, dict)) or (isinstance(v, tuple) and any(_is_mutable(x) for x in v))
+
+
+@functools.lru_cache(maxsize=4096)
+def _split_call_cached(text: str, bare_names: bool) -> tuple[str, tuple, dict, bool]:
+    name, args, kwargs = _split_call(text, bare_names)
+    return name, args, kwargs, any(_is_mutable(v) for v in (*args, *kwargs.values()))
+
+
+def _split_call(text: str, bare_names: bool) -> tuple[str, tuple, dict]:
     try:
         tree = _parse_python_ast(text.strip())
     except (OverflowError, SyntaxError, ValueError, MemoryError, RecursionError) as exc:
@@ -234,16 +332,20 @@ def split_call(text: str) -> tuple[str, tuple, dict]:
     if not isinstance(func, ast.Name):
         raise ValueError("called object is not a name")
     parts.append(func.id)
+    name = ".".join(reversed(parts))
     try:
-        args = tuple(literal_value(a) for a in node.args)
+        args = tuple(literal_value(a, bare_names) for a in node.args)
         kwargs = {}
         for kw in node.keywords:
             if kw.arg is None:
                 raise NotLiteral("**kwargs unpacking is not a literal")
-            kwargs[kw.arg] = literal_value(kw.value)
+            kwargs[kw.arg] = literal_value(kw.value, bare_names)
+    except UndefinedName as exc:
+        exc.func = name
+        raise
     except RecursionError:
         raise ValueError("arguments nested too deeply") from None
-    return ".".join(reversed(parts)), args, kwargs
+    return name, args, kwargs
 
 
 def decode_python(text: str) -> Decoded:
@@ -252,8 +354,12 @@ def decode_python(text: str) -> Decoded:
         return Decoded(calls=[CallRecord(raw=repr(text)[:200], parse_status=PARSE_BAD_STRUCTURE,
                                          parse_error="message is not text")], attempted=True, decodable=False)
     stripped = text.strip("`\n ")
-    if not _LOOKS_LIKE_PY_CALL.match(stripped):
-        return Decoded(attempted=False)  # a plain text answer
+    if not _LOOKS_LIKE_PY_CALL.match(stripped) and not (
+            stripped.startswith("[") and stripped.endswith("]") and "(" in stripped):
+        # A plain text answer. A bracketed list with a parenthesis is a call attempt even when what precedes
+        # the parenthesis is no valid name (``[1cd(x=1)]``, ``[cd\x00()]``, ``[(lambda: 0)()]``): it is then an
+        # undecodable attempt (invalid_tool_call), not prose.
+        return Decoded(attempted=False)
     body = stripped
     if not body.startswith("["):
         body = "[" + body
@@ -272,8 +378,12 @@ def decode_python(text: str) -> Decoded:
         return Decoded([CallRecord(raw=raw, parse_status=PARSE_TOO_LARGE,
                                    parse_error=f"more than {MAX_CALLS} calls in one message")], True, False)
     calls = []
+    one_ascii_line = "\n" not in body and "\r" not in body and body.isascii()
     for e in elts:
-        seg = ast.get_source_segment(body, e) or ""
+        if one_ascii_line:  # offsets are byte offsets, equal to character offsets here
+            seg = body[e.col_offset:e.end_col_offset]
+        else:
+            seg = ast.get_source_segment(body, e) or ""
         calls.append(_resolve_call(e, seg[:2000]))
     # BFCL rejects the whole message when any element is not a call.
     decodable = all(c.parse_status != PARSE_BAD_STRUCTURE or c.parse_error != "list element is not a call" for c in calls)
@@ -291,7 +401,9 @@ def _from_json_object(obj: Any, raw: str) -> CallRecord:
     arguments = obj["arguments"]
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
+            arguments = _json_loads_bounded(arguments)
+        except OverflowError as exc:
+            return CallRecord(raw=raw, parse_status=PARSE_TOO_LARGE, parse_error=str(exc))
         except (ValueError, RecursionError) as exc:
             # BFCL's decoder raises here and drops the whole message, so this is a structural failure.
             return CallRecord(raw=raw, parse_status=PARSE_BAD_STRUCTURE,
@@ -305,7 +417,7 @@ def _from_json_object(obj: Any, raw: str) -> CallRecord:
 def _json_loads_bounded(text: str) -> Any:
     if len(text) > MAX_TEXT_CHARS:
         raise OverflowError(f"tool call of {len(text)} characters exceeds the limit of {MAX_TEXT_CHARS}")
-    if _max_depth(text) > MAX_DEPTH:
+    if _too_deep(text):
         raise OverflowError(f"nesting deeper than {MAX_DEPTH}")
     return json.loads(text)
 
@@ -347,7 +459,13 @@ def decode_json_blocks(text: str) -> Decoded:
 
 
 def decode_fc(step: Any) -> Decoded:
-    """Decode an API model's function-calling step: a list of ``{name: arguments-as-JSON}`` objects."""
+    """Decode an API model's function-calling step: a list of ``{name: arguments-as-JSON}`` objects.
+
+    A text step (a string: the model answered without calling a tool, as BFCL's FC result files record it)
+    is a plain text answer, not a call attempt.
+    """
+    if isinstance(step, str):
+        return Decoded(attempted=False)
     if isinstance(step, dict):
         step = [step]
     if not isinstance(step, list):
@@ -355,7 +473,7 @@ def decode_fc(step: Any) -> Decoded:
                                    parse_error="function-calling step must be a list of objects")], True, False)
     calls = []
     for item in step[: MAX_CALLS + 1]:
-        raw = json.dumps(item, ensure_ascii=False, default=str)[:2000] if not isinstance(item, str) else item[:2000]
+        raw = _raw_text(item)
         if not isinstance(item, dict) or not item:
             calls.append(CallRecord(raw=raw, parse_status=PARSE_BAD_STRUCTURE,
                                     parse_error="each call must be an object {name: arguments}"))
@@ -366,6 +484,16 @@ def decode_fc(step: Any) -> Decoded:
         calls.append(CallRecord(raw="", parse_status=PARSE_TOO_LARGE, parse_error=f"more than {MAX_CALLS} calls"))
     decodable = not any(c.parse_status in (PARSE_BAD_STRUCTURE, PARSE_BAD_SYNTAX) for c in calls)
     return _finish(calls, decodable)
+
+
+def _raw_text(item: Any) -> str:
+    """The raw text of one function-calling item for the trace, bounded and never raising."""
+    if isinstance(item, str):
+        return item[:2000]
+    try:
+        return json.dumps(item, ensure_ascii=False, default=lambda o: f"<{type(o).__name__}>")[:2000]
+    except (ValueError, TypeError, RecursionError):  # too deep, an oversized int, a cyclic structure
+        return f"<unserialisable {type(item).__name__}>"
 
 
 def _finish(calls: list[CallRecord], decodable: bool) -> Decoded:

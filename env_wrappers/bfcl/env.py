@@ -19,12 +19,13 @@ what the agent observes, never what the tools do.
 from __future__ import annotations
 
 import json
+import weakref
 from dataclasses import dataclass, field
 
 from seal_verl.trace import PARSE_OK, Attempt, CallRecord, Trace, TurnTrace
 
 from . import calls as _calls
-from .backends import ERROR_PREFIX, Backends
+from .backends import ERROR_PREFIX, Backends, method_names
 from .schema import SchemaChecker, to_openai_tool
 from .tasks import BFCLTask
 
@@ -84,13 +85,25 @@ class BFCLEnv:
         self.task = task
         self.call_format = call_format
         self.max_steps_per_turn = max_steps_per_turn
-        self.backends = Backends(task.involved_classes, task.initial_config, task.long_context, call_timeout_s)
+        self._backends: Backends | None = None  # built on first use: see the backends property
+        self._backend_args = (task.involved_classes, task.initial_config, task.long_context, call_timeout_s)
+        self._methods = method_names(task.involved_classes)
         self.schemas = SchemaChecker([_tool for _tool in _all_tools(task)])
         self.offered: set[str] = {d["name"] for d in task.functions}
         self.trace = Trace(task_id=task.id, category=task.category)
         self.turn = -1
         self.steps_in_turn = 0
         self.done = False
+        self._deferred: list = []  # (call record, tool result) queued by feed(..., defer=True)
+        self._ran = False  # whether any call ran on this environment's own backends
+
+    @property
+    def backends(self) -> Backends:
+        """This rollout's own backend instances, built on first use (a replay that ``judge_result`` judges
+        never runs a call here: the verifier's model path runs them)."""
+        if self._backends is None:
+            self._backends = Backends(*self._backend_args)
+        return self._backends
 
     # ------------------------------------------------------------------------------------------------------
     def tools(self) -> list[dict]:
@@ -152,13 +165,43 @@ class BFCLEnv:
             return self._end_turn("step_limit", result)
         return result
 
-    def feed(self, message) -> StepResult:
+    def feed(self, message, defer: bool = False) -> StepResult:
         """Replay mode: record and execute one message of the current turn without ending the turn.
 
         Used to rebuild a trace from a result file, where the file, not the protocol, says where turns end.
+        With ``defer`` the message's calls are queued instead and run, in order, by :meth:`flush` (a replay
+        needs no result before the end, and one batch costs one thread hand-off under a call time limit);
+        until then their records and tool results hold no result. Anything that executes flushes first.
         """
-        result, _ = self._record(message)
+        result, _ = self._record(message, defer)
         return result
+
+    def flush(self) -> None:
+        """Run the calls queued by ``feed(..., defer=True)`` and fill in their results."""
+        pending, self._deferred = self._deferred, []
+        self._run(pending)
+
+    def settle(self, outcomes: list) -> bool:
+        """Complete the calls queued by ``feed(..., defer=True)`` with outcomes ``(text, is_error, executed)``
+        obtained by running exactly those calls, in order, on fresh instances of this task elsewhere (the
+        verifier's model path). This environment's own backends then stay unused. Returns False, changing
+        nothing, if the count does not match or anything already ran here."""
+        if len(outcomes) != len(self._deferred) or self._ran:
+            return False
+        pending, self._deferred = self._deferred, []
+        for (rec, shown), (text, is_error, executed) in zip(pending, outcomes):
+            rec.result, rec.is_error, rec.executed = text, is_error, executed
+            shown.content, shown.is_error = text, is_error
+        return True
+
+    def _run(self, pairs: list) -> None:
+        if not pairs:
+            return
+        self._ran = True
+        outcomes = self.backends.execute_many([rec.call for rec, _ in pairs])
+        for (rec, shown), (text, is_error, executed) in zip(pairs, outcomes):
+            rec.result, rec.is_error, rec.executed = text, is_error, executed
+            shown.content, shown.is_error = text, is_error
 
     def advance(self) -> StepResult:
         """Replay mode: close the current turn and open the next (or finish the episode)."""
@@ -167,11 +210,13 @@ class BFCLEnv:
         reason = "text" if last is not None and not last.has_call_attempt else ("episode_end" if last is None else "replay")
         return self._end_turn(reason, StepResult())
 
-    def _record(self, message) -> tuple[StepResult, str | None]:
+    def _record(self, message, defer: bool = False) -> tuple[StepResult, str | None]:
         if self.done:
             raise RuntimeError("episode is over")
         if self.turn < 0:
             raise RuntimeError("call reset() first")
+        if self._deferred and not defer:
+            self.flush()
         decoded = _calls.decode(message, self.call_format)
         if isinstance(message, str):
             text = message[:_calls.MAX_TEXT_CHARS]
@@ -190,13 +235,20 @@ class BFCLEnv:
         shown = [c for c in decoded.calls if c.parse_status == PARSE_OK or _bfcl_shows_error(c, decoded.form)]
         if not shown:
             return result, "parse_error"
+        pairs = []
         for rec in shown:
-            if rec.parse_status == PARSE_OK:
-                rec.result, rec.is_error, rec.executed = self.backends.execute(rec.call)
-            else:
+            if rec.parse_status != PARSE_OK:
                 rec.result, rec.is_error, rec.executed = ERROR_PREFIX + rec.parse_error, True, False
             result.tool_results.append(ToolResult(name=rec.name or "", call=rec.call or rec.raw[:200],
                                                   content=rec.result, is_error=rec.is_error))
+            if rec.parse_status == PARSE_OK:
+                pairs.append((rec, result.tool_results[-1]))
+        # One batch per message (or per replay when deferred): with a per-call time limit that is one
+        # thread hand-off, not one per call.
+        if defer:
+            self._deferred.extend(pairs)
+        else:
+            self._run(pairs)
         return result, None
 
     def end_turn(self, reason: str = "token_budget") -> StepResult:
@@ -217,7 +269,7 @@ class BFCLEnv:
     def _annotate(self, rec: CallRecord) -> None:
         if rec.name is None:
             return
-        rec.known = self.backends.knows(rec.name)
+        rec.known = rec.name in self._methods
         rec.available = rec.name in self.offered
         if rec.parse_status == PARSE_OK and rec.known:
             kwargs = {k: v for k, v in (rec.arguments or {}).items() if not k.startswith("__arg")}
@@ -246,5 +298,17 @@ def _safe_dump(message) -> str:
         return repr(type(message))
 
 
+_TOOLS_CACHE: dict[int, tuple] = {}
+
+
 def _all_tools(task: BFCLTask) -> list[dict]:
-    return [to_openai_tool(d) for d in task.all_docs()]
+    """Every doc of the task as an OpenAI-style tool, converted once per task object (a performance cache:
+    converting ~20 schemas for every rollout cost more than the rollout's tool calls). The list is only
+    read, by this rollout's SchemaChecker."""
+    hit = _TOOLS_CACHE.get(id(task))
+    if hit is not None and hit[0]() is task:
+        return hit[1]
+    tools = [to_openai_tool(d) for d in task.all_docs()]
+    key = id(task)
+    _TOOLS_CACHE[key] = (weakref.ref(task, lambda _ref, k=key: _TOOLS_CACHE.pop(k, None)), tools)
+    return tools

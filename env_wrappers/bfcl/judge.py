@@ -65,9 +65,22 @@ def judge_trace(task: BFCLTask, trace: Trace, strict_abstention: bool = False,
     A force-terminated trace fails officially (BFCL scores a short result as ``force_terminated``); its
     turns are still labelled from the calls it made.
     """
+    return _judge(task, trace, strict_abstention, call_timeout_s)
+
+
+def _judge(task: BFCLTask, trace: Trace, strict_abstention: bool, call_timeout_s: float | None,
+           replay: BFCLEnv | None = None) -> Judgement:
+    """judge_trace; with ``replay`` (an environment whose calls were queued, not run), the verifier's model
+    path runs them, once, and its outcomes complete the trace before Psi reads it."""
     decoded = trace.decoded_steps()
     attempted = [any(a.has_call_attempt for a in t.attempts) for t in trace.turns]
-    official = verify(task, decoded, strict_abstention=False, call_timeout_s=call_timeout_s)
+    outcomes: list | None = [] if replay is not None else None
+    official = verify(task, decoded, strict_abstention=False, call_timeout_s=call_timeout_s,
+                      model_outcomes=outcomes)
+    if replay is not None:
+        flat = [o for turn in outcomes for o in turn]
+        if len(outcomes) != len(decoded) or not replay.settle(flat):
+            replay.flush()  # the verifier stopped short (a checker error): run the calls on the replay itself
     if strict_abstention:
         # Same replay, stricter reading: the first abstention turn with any attempt fails the task.
         strict_fail = next((k for k, ev in enumerate(official.turns) if ev.abstention and attempted[k]), None)
@@ -92,31 +105,47 @@ def replay_result(task: BFCLTask, result, call_format: str = "auto", call_timeou
     ``call_format`` ``auto`` decodes each step by its form: a list/dict is an API model's decoded
     function-calling step, text with ``<tool_call>`` is Qwen-style JSON, other text is BFCL's Python list.
     """
+    env = _replay(task, result, call_format, call_timeout_s)
+    env.flush()
+    return env.trace
+
+
+def _replay(task: BFCLTask, result, call_format: str, call_timeout_s: float | None) -> BFCLEnv:
+    """Decode and record a result entry. Its calls are queued, not run (a replay's messages do not depend
+    on results): ``flush`` runs them, ``settle`` fills in outcomes obtained elsewhere."""
     env = BFCLEnv(task, call_format=call_format, call_timeout_s=call_timeout_s)
     env.reset()
     for k, steps in enumerate(result):
         for step in steps if isinstance(steps, list) else [steps]:
-            env.feed(step)
+            env.feed(step, defer=True)
         if not env.done:
             env.advance()
-    return env.trace
+    return env
 
 
-def judge_result(task: BFCLTask, result, call_format: str = "auto", strict_abstention: bool = False) -> Judgement:
+def _judge_replayed(task: BFCLTask, env: BFCLEnv, strict_abstention: bool, call_timeout_s) -> Judgement:
+    # The verifier's model path runs exactly the queued calls, in order, on fresh instances: its outcomes
+    # are the replay's, so each call runs once on that path instead of once there and once in the replay.
+    return _judge(task, env.trace, strict_abstention, call_timeout_s, replay=env)
+
+
+def judge_result(task: BFCLTask, result, call_format: str = "auto", strict_abstention: bool = False,
+                 call_timeout_s: float | None = 10.0) -> Judgement:
     """Official verdict and labels for one result entry, scored exactly as BFCL scores it.
 
     A result that is not a list (an inference-error string) fails as ``multi_turn:inference_error``; one
     whose turn count differs from the ground truth as ``multi_turn:force_terminated``. Both still get one
     label per ground-truth turn (turns the model never produced count as turns without a call).
+    ``call_timeout_s``: the per-call time limit of the replay and the verifier (None: no limit, inline).
     """
     if not isinstance(result, list):
-        trace = replay_result(task, [[] for _ in range(task.n_turns)], call_format)
-        j = judge_trace(task, trace, strict_abstention)
+        env = _replay(task, [[] for _ in range(task.n_turns)], call_format, call_timeout_s)
+        j = _judge_replayed(task, env, strict_abstention, call_timeout_s)
         j.valid, j.error_type, j.reward_valid = False, INFERENCE_ERROR, False
         return j
     n = task.n_turns
     short = len(result) != n
     padded = list(result[:n]) + [[] for _ in range(n - len(result))]
-    trace = replay_result(task, padded, call_format)
-    trace.force_terminated = short
-    return judge_trace(task, trace, strict_abstention)
+    env = _replay(task, padded, call_format, call_timeout_s)
+    env.trace.force_terminated = short
+    return _judge_replayed(task, env, strict_abstention, call_timeout_s)

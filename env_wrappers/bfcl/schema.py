@@ -81,6 +81,8 @@ class SchemaChecker:
         tool = self._tools.get(name)
         if tool is None:
             return []
+        if surely_valid(tool["function"]["parameters"], arguments):
+            return []  # what jsonschema would say, without its per-call machinery (most calls are valid)
         validator = self._validators.get(name)
         if validator is None:
             schema = tool["function"]["parameters"]
@@ -91,6 +93,51 @@ class SchemaChecker:
             where = ".".join(str(p) for p in err.path) or "arguments"
             out.append(f"{where}: {_describe(err)}")
         return out
+
+
+#: Schema keywords :func:`surely_valid` understands (the rest of Draft 7 sends a call to jsonschema).
+_FAST_KEYWORDS = frozenset({"type", "properties", "required", "additionalProperties", "items", "description",
+                            "default", "title"})
+_FAST_TYPES = {
+    "object": lambda v: type(v) is dict,
+    "string": lambda v: type(v) is str,
+    "number": lambda v: type(v) is int or type(v) is float,  # bool is no number for jsonschema
+    "integer": lambda v: type(v) is int,  # a float like 1.0 is left to jsonschema
+    "array": lambda v: type(v) is list,
+    "boolean": lambda v: type(v) is bool,
+    "null": lambda v: v is None,
+}
+
+
+def surely_valid(schema: Any, value: Any) -> bool:
+    """True only when ``value`` certainly satisfies ``schema`` under Draft 7; False means "not sure".
+
+    A conservative fast path for the simple schemas BFCL's tools have (types, properties, required,
+    additionalProperties false, items). Anything else, and every possible violation, is left to
+    jsonschema, so errors are reported exactly as before; this only skips jsonschema for valid calls.
+    """
+    if type(schema) is not dict or not schema.keys() <= _FAST_KEYWORDS:
+        return False
+    t = schema.get("type")
+    if t is not None and (type(t) is not str or t not in _FAST_TYPES or not _FAST_TYPES[t](value)):
+        return False
+    if type(value) is dict:
+        props = schema.get("properties", {})
+        required = schema.get("required", [])
+        extra = schema.get("additionalProperties", True)
+        if type(props) is not dict or type(required) is not list or type(extra) is not bool:
+            return False
+        if any(r not in value for r in required):
+            return False
+        for k, v in value.items():
+            if k in props:
+                if not surely_valid(props[k], v):
+                    return False
+            elif not extra:
+                return False
+    elif type(value) is list and "items" in schema:
+        return all(surely_valid(schema["items"], v) for v in value)
+    return True
 
 
 def _describe(err: jsonschema.ValidationError) -> str:

@@ -102,8 +102,24 @@ def _missing(gt_results: list, model_results: list) -> list:
     return missing
 
 
+def _ground_truth_state(task: BFCLTask, gt_calls_so_far: list, call_timeout_s: float | None) -> Backends:
+    """The ground-truth state at the start of a turn, on fresh instances, for a counterfactual judgement.
+
+    Rebuilt by replaying the ground-truth calls of the earlier turns rather than deep-copying the
+    ground-truth path: the backends are deterministic (their random generators are per instance and
+    seeded), so the public state, the generators and every later result are the same, and building plus
+    replaying costs a fraction of copying (several times less for long-context states). The replay runs
+    inline (ground-truth calls only); the model's calls on the result get ``call_timeout_s``.
+    """
+    b = Backends(task.involved_classes, task.initial_config, task.long_context, None)
+    for c in gt_calls_so_far:
+        b.execute(c)
+    b.call_timeout_s = call_timeout_s
+    return b
+
+
 def verify(task: BFCLTask, decoded: list, strict_abstention: bool = False, attempted: list | None = None,
-           call_timeout_s: float | None = 10.0) -> Verdict:
+           call_timeout_s: float | None = 10.0, model_outcomes: list | None = None) -> Verdict:
     """Verify a model's decoded calls for ``task``.
 
     Args:
@@ -115,12 +131,20 @@ def verify(task: BFCLTask, decoded: list, strict_abstention: bool = False, attem
         attempted: per turn, whether any tool-call attempt (decodable or not) happened; used only with
             ``strict_abstention``. Defaults to "decoded calls exist".
         call_timeout_s: per-call time limit for replayed calls.
+        model_outcomes: if a list is given, it receives per turn the ``(text, is_error, executed)`` outcomes
+            of the model's calls on the cumulative model path (fresh instances, the calls in order: what an
+            environment replaying the same calls would get). ``judge_result`` uses them instead of running
+            every call a second time in its replay.
     """
     n = task.n_turns
     if len(decoded) != n:
         raise ValueError(f"{task.id}: {len(decoded)} decoded turns for {n} ground-truth turns")
     model = Backends(task.involved_classes, task.initial_config, task.long_context, call_timeout_s)
-    gt = Backends(task.involved_classes, task.initial_config, task.long_context, call_timeout_s)
+    # The ground-truth path runs only BFCL's own ground-truth calls (all 800 tasks replay in well under a
+    # second), so it runs inline, without the worker-thread hand-off of a time limit; the rebuilt
+    # ground-truth states on which model calls are replayed counterfactually keep the model's limit.
+    gt = Backends(task.involved_classes, task.initial_config, task.long_context, None)
+    gt_history: list[str] = []  # the ground-truth calls run on `gt` so far
     all_model_results: list[str] = []
     verdict = Verdict(valid=True)
     for k in range(n):
@@ -130,10 +154,14 @@ def verify(task: BFCLTask, decoded: list, strict_abstention: bool = False, attem
         ev = TurnEvidence(index=k, abstention=not gt_calls, gt_calls=gt_calls, model_calls=flat)
         verdict.turns.append(ev)
         try:
+            outcomes = model.execute_many(flat)
+            if model_outcomes is not None:
+                model_outcomes.append(outcomes)
+            results = [r[0] for r in outcomes]
             judged_cf = verdict.failed_turn is not None and bool(gt_calls)
-            gt_start = gt.copy() if judged_cf else None
-            results = [model.execute(c)[0] for c in flat]
+            gt_start = _ground_truth_state(task, gt_history, call_timeout_s) if judged_cf else None
             ev.gt_results = [gt.execute(c)[0] for c in gt_calls]
+            gt_history.extend(gt_calls)
             prior = list(all_model_results)
             all_model_results.extend(results)
             ev.model_results = results
@@ -145,7 +173,7 @@ def verify(task: BFCLTask, decoded: list, strict_abstention: bool = False, attem
                 continue
             if judged_cf:
                 ev.counterfactual = True
-                ev.model_results = [gt_start.execute(c)[0] for c in flat]
+                ev.model_results = [r[0] for r in gt_start.execute_many(flat)]
                 compare_to, so_far = gt_start, prior + ev.model_results
             else:
                 compare_to, so_far = model, all_model_results
