@@ -1,8 +1,8 @@
 """Psi: the deterministic, verifier-grounded diagnosis of a rollout, one label per ground-truth turn.
 
 Psi reads two things: the trace (what the agent attempted, what parsed, what was available, what the
-schema said, what executed and failed) and the verifier's per-turn checks. It applies the rules of DESIGN
-2.2 in priority order; the first that matches labels the turn. Every turn is labelled, also after the first
+schema said, what executed and failed) and the verifier's per-turn checks. It applies the rules of the
+SEAL taxonomy in priority order (``seal_verl.taxonomy.PRIORITY``); the first that matches labels the turn. Every turn is labelled, also after the first
 failure; the verifier makes later turns independent of earlier mistakes (counterfactual judgement), so a
 correct turn before or after a failing one is ``pass``.
 

@@ -1,4 +1,4 @@
-"""Omega (DESIGN 2.5): the training-time interface state, its evolution, and the cue texts.
+"""Omega: the training-time interface state, its evolution, and the cue texts.
 
 ``o~ = o (+) phi_schema(F) (+) phi_err(o, H_t) (+) phi_cap(C_t)``. The interface is a set of named cue kinds,
 each in one of the three families and each switched on by one failure label of the profile:
@@ -71,7 +71,7 @@ TOOL_AFFORDANCE = "tool_affordance"
 ERROR_RECOVERY = "error_recovery"
 ASK_OR_ABSTAIN = "ask_or_abstain"
 
-#: The failure-type-specific activation map of DESIGN 2.5, in a fixed order (used to break ties).
+#: The failure-type-specific activation map, in a fixed order (used to break ties).
 CUE_KINDS: dict[str, CueKind] = {
     CALL_FORMAT: CueKind(CALL_FORMAT, SCHEMA, tx.INVALID_TOOL_CALL),
     SCHEMA_CONSTRAINTS: CueKind(SCHEMA_CONSTRAINTS, SCHEMA, tx.ARGUMENT_MISMATCH),
@@ -132,7 +132,7 @@ class InterfaceConfig:
             Takes precedence over ``fixed_all_on``.
         fixed_all_on: every kind always on and ``evolve`` changes nothing (ablation "no closed loop").
         ema_beta: EMA rate of the prevalence the interface reads, in (0, 1] (1.0 = this step only). An
-            addition to the brief's fields: the closed loop smooths C_t before ``evolve`` and needs a rate
+            addition to the published fields: the closed loop smooths C_t before ``evolve`` and needs a rate
             that belongs to the interface, not to dynamic rho.
     """
 

@@ -1,4 +1,4 @@
-"""The closed loop (DESIGN 2.6): C_t -> Omega_{t+1}, rho_{t+1}, with persistence and ablation switches.
+"""The closed loop: C_t -> Omega_{t+1}, rho_{t+1}, with persistence and ablation switches.
 
 Per training step: the rollouts' labels and rewards are aggregated into C_t, the prevalence EMA is updated,
 and, in the full method, the interface evolves from the EMA and (if dynamic) rho moves towards the failures
@@ -53,7 +53,7 @@ _ROUND = 6  # decimals kept in history rows: enough for plots, keeps the checkpo
 
 @dataclass
 class SealSwitches:
-    """The ablation switches of DESIGN 2.6.
+    """The paper's ablation switches.
 
     Attributes:
         env_side: the training-time interface adds cues.

@@ -1,4 +1,4 @@
-"""Failure profiles (DESIGN 2.3): p_j(z) per trajectory and C_t per training step.
+"""Failure profiles: p_j(z) per trajectory and C_t per training step.
 
 Psi gives one label per user turn. Two consumers need those labels in aggregated form:
 

@@ -1,4 +1,4 @@
-"""The executable-evidence record of one rollout (DESIGN 2.1).
+"""The executable-evidence record of one rollout.
 
 A trace is plain data: every assistant attempt of every user turn, every tool call with its parse status,
 name, arguments, availability, schema check and execution result, and whether the turn ended in text.

@@ -1,4 +1,4 @@
-"""Policy side of SEAL (DESIGN 2.4): utilities rho, the trajectory weight w_j and its use on advantages.
+"""Policy side of SEAL: utilities rho, the trajectory weight w_j and its use on advantages.
 
 ``w_j = clip(sum_z p_j(z) rho(z), w_min, w_max)`` rescales trajectory j's GRPO advantage after group
 normalisation, so that rollouts showing the failure modes the utility table values most move the policy

