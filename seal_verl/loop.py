@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Optional
 
+from seal_verl.atomic import atomic_write_text
 from seal_verl import taxonomy as tx
 from seal_verl.interface import (
     CUE_KINDS,
@@ -195,23 +195,8 @@ class ClosedLoopState:
         Args:
             path: destination file; its directory is created if missing.
         """
-        path = os.fspath(path)
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
         payload = json.dumps(self.to_dict(), indent=1, sort_keys=True)  # serialise before touching the disk
-        fd, tmp = tempfile.mkstemp(prefix=".seal_state.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(payload)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        atomic_write_text(os.fspath(path), payload, prefix=".seal_state.")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "ClosedLoopState":
