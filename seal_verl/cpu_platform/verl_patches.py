@@ -80,3 +80,48 @@ def patch_process_group_backend() -> bool:
         if d.get("initialize_global_process_group") is original_plain:
             mod.initialize_global_process_group = new_plain
     return True
+
+
+# ------------------------------------------------------------------------------------------------------------
+# FSDP2 CPU offload of the reference model without pinned memory
+# ------------------------------------------------------------------------------------------------------------
+# verl 0.9.1 forces ``CPUOffloadPolicy(pin_memory=True)`` on every forward-only FSDP2 engine (the reference
+# policy, used when ``actor.use_kl_loss=true``): ``verl/workers/engine/fsdp/transformer_impl.py::
+# _build_fsdp_module``. Pinning needs an accelerator, so on a CPU-only machine ``fully_shard`` fails with
+# ``RuntimeError: Cannot access accelerator device when none is available.`` (``_fsdp_param.py``:
+# ``padded_sharded_param.pin_memory()``). The policy class that transformer_impl binds by name is replaced by a
+# subclass that never pins; ``isinstance(..., CPUOffloadPolicy)`` checks in torch still hold. Offloading to the
+# CPU is a no-op on the CPU anyway.
+
+OFFLOAD_PATCH = "unpinned FSDP2 CPU offload (verl.utils.fsdp_utils.CPUOffloadPolicy)"
+
+
+def _unpinned_policy_class(base):
+    class CPUOffloadPolicyUnpinned(base):
+        """``CPUOffloadPolicy`` that never pins memory (seal_verl.cpu_platform: no accelerator to pin for)."""
+
+        def __init__(self, pin_memory: bool = False):
+            super().__init__(pin_memory=False)
+
+    setattr(CPUOffloadPolicyUnpinned, _MARK, True)
+    CPUOffloadPolicyUnpinned.__wrapped__ = base
+    return CPUOffloadPolicyUnpinned
+
+
+def patch_fsdp2_offload_pin_memory() -> bool:
+    """Make verl's FSDP2 engines build unpinned CPU-offload policies; idempotent. True if this call changed it."""
+    require_version("verl", OFFLOAD_PATCH)
+    from verl.utils import fsdp_utils
+
+    current = getattr(fsdp_utils, "CPUOffloadPolicy", None)
+    if current is None:
+        raise RuntimeError(f"seal_verl.cpu_platform: patch '{OFFLOAD_PATCH}' found no CPUOffloadPolicy in verl")
+    if getattr(current, _MARK, False):
+        return False
+    replacement = _unpinned_policy_class(current)
+    fsdp_utils.CPUOffloadPolicy = replacement
+    for mod in list(sys.modules.values()):  # modules that imported the class by name already
+        name = getattr(mod, "__name__", "") or ""
+        if name.startswith("verl.") and mod is not fsdp_utils and getattr(mod, "__dict__", {}).get("CPUOffloadPolicy") is current:
+            mod.CPUOffloadPolicy = replacement
+    return True

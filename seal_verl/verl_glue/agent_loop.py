@@ -269,6 +269,14 @@ class BFCLAgentLoopBase(AgentLoopBase):
         from seal_verl.verl_glue.config import parse_seal_config
 
         seal_cfg = parse_seal_config(self.config.get("seal") if hasattr(self.config, "get") else None)
+        if not seal_cfg.switches.env_side:
+            # No environment side: no cues, so no closed-loop state is needed (vanilla GRPO may run on verl's
+            # stock trainer, where no state actor exists).
+            meta["interface_source"] = "off"
+            meta["interface_global_step"] = None
+            meta["interface_step"] = 0
+            meta["interface_active"] = []
+            return None
         payload = await self._payload(kwargs)
         if payload is None:
             switches = seal_cfg.switches

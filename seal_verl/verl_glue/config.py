@@ -7,6 +7,7 @@ Layout (every key optional; defaults come from the SEAL core's dataclasses)::
       weighting:   {w_min, w_max, apply_to, warmup_steps, rho, dynamic, alpha, beta, n_conf, rho_clip}
       interface:   {on_threshold, off_threshold, patience, max_cue_chars, ...}   # seal_verl.interface
       state_dir:   null     # also write the closed-loop state of every step here (JSON, one file per step)
+      run_dir:     null     # write the run folder here (driver.RunFolder: state, traces, metrics per step)
       state_actor: {name: null, namespace: null, detached: false}                # see state_actor.py
 
 Unknown keys and bad values are rejected here, at start-up, with the offending key in the message; the
@@ -27,7 +28,7 @@ SEAL_GRPO = "seal_grpo"
 SEAL_TRAINER_MODES: dict[str, str] = {"seal": "sync"}
 
 SWITCH_KEYS = ("env_side", "reweighting", "closed_loop")
-TOP_KEYS = ("switches", "weighting", "interface", "state_dir", "state_actor")
+TOP_KEYS = ("switches", "weighting", "interface", "state_dir", "run_dir", "state_actor")
 STATE_ACTOR_KEYS = ("name", "namespace", "detached")
 
 
@@ -82,6 +83,7 @@ class SealConfig:
     interface: Any
     state_dir: Optional[str] = None
     state_actor: StateActorConfig = field(default_factory=StateActorConfig)
+    run_dir: Optional[str] = None
 
     @property
     def any_on(self) -> bool:
@@ -96,6 +98,7 @@ class SealConfig:
             "weighting": self.weighting.to_dict(),
             "interface": self.interface.to_dict(),
             "state_dir": self.state_dir,
+            "run_dir": self.run_dir,
             "state_actor": dataclasses.asdict(self.state_actor),
         }
 
@@ -141,6 +144,9 @@ def parse_seal_config(node: Any) -> SealConfig:
     state_dir = d.get("state_dir")
     if state_dir is not None and not isinstance(state_dir, str):
         raise SealConfigError(f"seal.state_dir must be a path string or null, got {state_dir!r}")
+    run_dir = d.get("run_dir")
+    if run_dir is not None and not isinstance(run_dir, str):
+        raise SealConfigError(f"seal.run_dir must be a path string or null, got {run_dir!r}")
     sa = _section(d, "state_actor", STATE_ACTOR_KEYS)
     for k in ("name", "namespace"):
         if sa.get(k) is not None and not isinstance(sa[k], str):
@@ -149,7 +155,8 @@ def parse_seal_config(node: Any) -> SealConfig:
         raise SealConfigError(f"seal.state_actor.detached must be true or false, got {sa['detached']!r}")
     state_actor = StateActorConfig(**_no_nones(sa))
     return SealConfig(
-        switches=switches, weighting=weighting, interface=interface, state_dir=state_dir, state_actor=state_actor
+        switches=switches, weighting=weighting, interface=interface, state_dir=state_dir, state_actor=state_actor,
+        run_dir=run_dir,
     )
 
 

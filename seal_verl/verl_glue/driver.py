@@ -9,16 +9,23 @@ One ``SealDriver`` lives in the trainer process. Per training step it
 
 It also writes the state next to verl's checkpoint (``<global_step_N>/seal_state.json``) and reads it back
 on resume. No verl import here: the trainer glue passes in what it needs.
+
+With ``seal.run_dir`` set it keeps a run folder (:class:`RunFolder`), the layout ``seal-verl dry-run`` writes, so
+one reader serves a dry run and a real training run: ``state_step_{k}.json`` (written here, in ``end_step``),
+``traces_step_{k}.jsonl`` and ``metrics.jsonl`` (rows built by :func:`trace_row` / :func:`step_row`, written by
+the trainer glue, which has the batch), ``val_traces.jsonl`` and ``config.json``. ``k`` is the 0-based training
+step: verl's ``global_steps - 1``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import tempfile
 import uuid
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from seal_verl.verl_glue.config import SealConfig
 from seal_verl.verl_glue import state_actor
@@ -70,6 +77,227 @@ def resume_folder(trainer_cfg: Any, global_steps: int) -> Optional[str]:
     return folder
 
 
+# ------------------------------------------------------------------------------------------------ run folder
+
+RUN_CONFIG_FILE = "config.json"
+RUN_METRICS_FILE = "metrics.jsonl"
+RUN_VAL_FILE = "val_traces.jsonl"
+
+
+def state_file_name(k: int) -> str:
+    return f"state_step_{int(k)}.json"
+
+
+def traces_file_name(k: int) -> str:
+    return f"traces_step_{int(k)}.jsonl"
+
+
+def _json_safe(value: Any) -> Any:
+    """Plain JSON types: numpy/torch scalars -> Python numbers, non-finite floats -> None, containers walked."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 0) == 0:
+        try:
+            value = value.item()
+        except (TypeError, ValueError):
+            return str(value)
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if hasattr(value, "tolist"):
+        return _json_safe(value.tolist())
+    return str(value)
+
+
+def _json_value(value: Any) -> Any:
+    """A reward extra that may be a JSON string (labels, abstention) as a Python object."""
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        value = value.item()
+    if isinstance(value, (bytes, bytearray)):
+        value = value.decode()
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _float(value: Any, default: Optional[float] = None) -> Optional[float]:
+    try:
+        out = float(value.item() if hasattr(value, "item") else value)
+    except (TypeError, ValueError):
+        return default
+    return out if math.isfinite(out) else default
+
+
+class RunFolder:
+    """The run folder of one run (``seal.run_dir``), in the layout ``seal-verl dry-run`` writes.
+
+    - ``config.json``: what ran (the trainer glue writes it at start-up; a resumed run rewrites it with
+      ``resumed_from_step``);
+    - ``state_step_{k}.json``: ``ClosedLoopState.to_dict()`` after training step ``k`` (0-based);
+    - ``traces_step_{k}.jsonl``: one row per rollout of step ``k`` (:func:`trace_row`);
+    - ``metrics.jsonl``: one row per step (:func:`step_row`), appended, so a run resumed into the same folder
+      continues the file;
+    - ``val_traces.jsonl``: one row per validation rollout, appended (every validation of the run, each row with
+      its ``global_step``).
+
+    Every file is written whole (temporary file + rename) or appended line by line with a flush.
+    """
+
+    def __init__(self, path: str):
+        self.path = os.path.abspath(path)
+        os.makedirs(self.path, exist_ok=True)
+
+    def file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    def write_config(self, info: dict) -> str:
+        path = self.file(RUN_CONFIG_FILE)
+        _atomic_write_json(path, _json_safe(info))
+        return path
+
+    def write_state(self, k: int, state: Any) -> str:
+        path = self.file(state_file_name(k))
+        state.save(path)
+        return path
+
+    def _write_lines(self, path: str, rows: Iterable[dict]) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=".seal_run.", suffix=".tmp", dir=self.path)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                for row in rows:
+                    fh.write(json.dumps(_json_safe(row), allow_nan=False) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+
+    def write_traces(self, k: int, rows: list[dict]) -> str:
+        path = self.file(traces_file_name(k))
+        self._write_lines(path, rows)
+        return path
+
+    def _append(self, name: str, rows: Iterable[dict]) -> str:
+        path = self.file(name)
+        with open(path, "a", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(_json_safe(row), allow_nan=False) + "\n")
+            fh.flush()
+        return path
+
+    def append_metrics(self, row: dict) -> str:
+        return self._append(RUN_METRICS_FILE, [row])
+
+    def append_val(self, rows: list[dict]) -> str:
+        return self._append(RUN_VAL_FILE, rows)
+
+
+def trace_row(*, step: int, global_step: int, key: str, uid: Any, reward_extras: dict, extra_fields: dict,
+              w: float, advantage: Optional[float], hint_in_text: Optional[bool],
+              tokens: Optional[dict] = None) -> dict:
+    """One rollout of a training step, as ``traces_step_{k}.jsonl`` holds it (the dry run's keys, ``plan`` None,
+    plus ``global_step``, ``key``, ``category``, ``acc``, ``cue_count``, ``tokens``).
+
+    Args:
+        reward_extras: the reward function's extras of the rollout (``seal_labels``, ``score``, ...).
+        extra_fields: the agent loop's extra fields (``seal_trace``, ``seal_cue_tokens``, ``seal_agent_loop``, ...).
+        w: the SEAL weight the advantage was multiplied by (1 without reweighting).
+        advantage: mean advantage over the rollout's response tokens (mask 1).
+        hint_in_text: whether the cue marker occurs in the rollout's decoded tokens (prompt or response).
+    """
+    trace = _json_value(extra_fields.get("seal_trace"))
+    meta = trace.get("meta", {}) if isinstance(trace, dict) else {}
+    return {
+        "step": int(step),
+        "global_step": int(global_step),
+        "key": str(key),
+        "uid": str(uid),
+        "task_id": str(extra_fields.get("task_id") or reward_extras.get("seal_task_id") or
+                        (trace.get("task_id") if isinstance(trace, dict) else "")),
+        "category": _json_value(reward_extras.get("seal_category")),
+        "agent_loop": extra_fields.get("seal_agent_loop"),
+        "plan": None,
+        "labels": _json_value(reward_extras.get("seal_labels")),
+        "abstention": _json_value(reward_extras.get("seal_abstention")),
+        "reward": _float(reward_extras.get("score")),
+        "acc": _float(reward_extras.get("acc")),
+        "w": float(w),
+        "advantage": advantage,
+        "cue_tokens": int(_float(extra_fields.get("seal_cue_tokens"), 0.0)),
+        "cue_count": int(_float(extra_fields.get("seal_cue_count"), 0.0)),
+        "hint_in_text": hint_in_text,
+        "interface_active": list(meta.get("interface_active", [])) if isinstance(meta, dict) else [],
+        "tokens": tokens,
+        "trace": trace,
+    }
+
+
+def val_row(*, global_step: int, key: str, reward_extras: dict, extra_fields: dict, score: Optional[float],
+            hint_in_text: Optional[bool], tokens: Optional[dict] = None) -> dict:
+    """One validation rollout, as ``val_traces.jsonl`` holds it (the dry run's keys plus ``global_step``, ``key``,
+    ``acc``, ``labels``, ``tokens``)."""
+    trace = _json_value(extra_fields.get("seal_trace"))
+    return {
+        "global_step": int(global_step),
+        "key": str(key),
+        "task_id": str(extra_fields.get("task_id") or reward_extras.get("seal_task_id") or ""),
+        "agent_loop": extra_fields.get("seal_agent_loop"),
+        "score": score,
+        "acc": _float(reward_extras.get("acc")),
+        "labels": _json_value(reward_extras.get("seal_labels")),
+        "cue_tokens": int(_float(extra_fields.get("seal_cue_tokens"), 0.0)),
+        "hint_in_text": hint_in_text,
+        "tokens": tokens,
+        "trace": trace,
+    }
+
+
+def step_row(*, step: int, global_step: int, state_before: Any, state_after: Any, rows: list[dict],
+             seconds: Optional[float], metrics: dict) -> dict:
+    """One ``metrics.jsonl`` row: the dry run's keys (``mix`` None) plus ``global_step``; ``metrics`` holds every
+    scalar the trainer logged for the step (``seal/...``, verl's ``timing_s/...``, ``training/...``, ...)."""
+    import statistics
+
+    hist = state_after.history[-1] if state_after.history else {}
+    ws = [float(r["w"]) for r in rows]
+    cues = [int(r.get("cue_tokens") or 0) for r in rows]
+    tasks: list[str] = []
+    for r in rows:
+        if r.get("task_id") not in tasks:
+            tasks.append(r.get("task_id"))
+    return {
+        "step": int(step),
+        "global_step": int(global_step),
+        "n_rollouts": len(rows),
+        "tasks": tasks,
+        "mix": None,
+        "active_during": sorted(k for k, on in state_before.interface.active.items() if on),
+        "active_next": hist.get("active", sorted(k for k, on in state_after.interface.active.items() if on)),
+        "prevalence": hist.get("prevalence"),
+        "prevalence_ema": hist.get("prevalence_ema"),
+        "rho": hist.get("rho", dict(state_after.rho)),
+        "success_rate": hist.get("success_rate"),
+        "w_mean": statistics.fmean(ws) if ws else None,
+        "w_std": statistics.pstdev(ws) if ws else None,
+        "w_min": min(ws) if ws else None,
+        "w_max": max(ws) if ws else None,
+        "cue_tokens_mean": statistics.fmean(cues) if cues else 0.0,
+        "cue_tokens_max": max(cues) if cues else 0,
+        "seconds": None if seconds is None else round(float(seconds), 3),
+        "metrics": {k: v for k, v in _json_safe(dict(metrics)).items() if isinstance(v, (int, float)) or v is None},
+    }
+
+
 class SealDriver:
     """Holds the ``ClosedLoopState`` of a run and does SEAL's per-step work on the driver.
 
@@ -91,6 +319,11 @@ class SealDriver:
         self._records: list = []
         self.published_version: Optional[int] = None
         self._publisher = state_actor.StatePublisher(*actor) if actor is not None else None
+        run_dir = getattr(cfg, "run_dir", None)
+        #: the run folder (``seal.run_dir``), or None
+        self.run_folder: Optional[RunFolder] = RunFolder(run_dir) if run_dir else None
+        #: the state the last closed step's rollouts ran under (``end_step`` sets it)
+        self.state_before = self.state
 
     # ---------------------------------------------------------------- per step
 
@@ -124,6 +357,7 @@ class SealDriver:
         from seal_verl.loop import closed_loop_step, metrics
 
         records, self._records = self._records, []
+        self.state_before = self.state
         self.state, step_profile = closed_loop_step(
             self.state, records, self.cfg.switches, self.cfg.interface, self.cfg.weighting
         )
@@ -131,6 +365,8 @@ class SealDriver:
         out = metrics(self.state, step_profile)
         if self.cfg.state_dir:
             _atomic_write_json(os.path.join(self.cfg.state_dir, f"step_{self.global_step}.json"), self.envelope())
+        if self.run_folder is not None:
+            self.run_folder.write_state(self.global_step - 1, self.state)
         self.publish()
         return out
 

@@ -12,6 +12,12 @@ the process that imports verl (every process; they only act in the legacy traine
 - ``RayPPOTrainer._load_checkpoint`` / ``_save_checkpoint``: restore / save ``global_step_N/seal_state.json``
   and publish the state to the rollout workers before the first rollout.
 
+With ``seal.run_dir`` set, the run folder (``driver.RunFolder``) is kept here too: ``state_step_{k}.json`` (by the
+driver), ``traces_step_{k}.jsonl`` (in the ``compute_advantage`` wrapper, from the batch) and one ``metrics.jsonl``
+row per step (in the ``compute_data_metrics`` wrapper: verl's data metrics and the ``seal/...`` metrics; verl's
+timers are computed after that call, so the legacy rows have no ``timing_s/...``). Validation rollouts are not
+recorded on this path.
+
 Every wrapper is a pass-through unless the run's config selects SEAL (``check_run_config``), and
 ``compute_advantage`` is a pass-through inside an active ``WeightPlan`` (the V1 trainer already handled the
 batch). V1's ``compute_advantage_for_multi_trajectories`` binds the original function at import time (the
@@ -39,7 +45,7 @@ from seal_verl.verl_glue.advantage import (
     weight_plan,
 )
 from seal_verl.verl_glue.config import SEAL_GRPO, check_run_config, estimator_name
-from seal_verl.verl_glue.driver import SealDriver, resume_folder
+from seal_verl.verl_glue.driver import SealDriver, resume_folder, step_row, trace_row
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +73,63 @@ def driver_for(root: Any, *, create: bool = True) -> Optional[SealDriver]:
         seal_cfg = check_run_config(root)
         _DRIVERS[key] = None if seal_cfg is None else SealDriver(seal_cfg, actor=state_actor.actor_coordinates(root))
     return _DRIVERS.get(key)
+
+
+#: the step whose metrics row is still to be written (compute_advantage -> compute_data_metrics of the same step)
+_PENDING_ROW: dict[str, Any] = {}
+#: model path -> tokenizer (or None when it cannot be loaded), for the run folder's cue-marker check
+_TOKENIZERS: dict[str, Any] = {}
+
+#: agent-loop extra fields copied into the run folder's trace rows
+_TRACE_FIELDS = ("seal_trace", "task_id", "seal_agent_loop", "seal_cue_tokens", "seal_cue_count")
+
+
+def _tokenizer(root: Any):
+    try:
+        path = str(root.actor_rollout_ref.model.path)
+    except Exception:  # noqa: BLE001 - a config without a model path (tests)
+        return None
+    if path not in _TOKENIZERS:
+        try:
+            from transformers import AutoTokenizer
+
+            _TOKENIZERS[path] = AutoTokenizer.from_pretrained(path)
+        except Exception:  # noqa: BLE001 - no tokenizer: the rows say hint_in_text=None
+            _TOKENIZERS[path] = None
+    return _TOKENIZERS[path]
+
+
+def _write_run_folder_step(driver: SealDriver, root: Any, data: Any, rows: list[dict], weights, step0: int) -> None:
+    """``traces_step_{k}.jsonl`` of a legacy-trainer step; the metrics row follows in compute_data_metrics."""
+    from env_wrappers.observation import HINT_PREFIX
+
+    batch, ntb = data.batch, data.non_tensor_batch
+    n = len(data)
+    tok = _tokenizer(root)
+    mask = batch["response_mask"] if "response_mask" in batch.keys() else None
+    adv = batch["advantages"] if "advantages" in batch.keys() else None
+    resp_len = int(batch["responses"].shape[1]) if "responses" in batch.keys() else 0
+    att = batch["attention_mask"] if "attention_mask" in batch.keys() else None
+    out = []
+    for i in range(n):
+        fields = {k: ntb[k][i] for k in _TRACE_FIELDS if k in ntb}
+        m = mask[i].bool() if mask is not None else None
+        a = float(adv[i][m].float().mean()) if (adv is not None and m is not None and bool(m.any())) else 0.0
+        hint = None
+        if tok is not None and "input_ids" in batch.keys() and att is not None:
+            ids = batch["input_ids"][i][att[i].bool()].tolist()
+            hint = HINT_PREFIX.strip() in tok.decode(ids, skip_special_tokens=False)
+        tokens = None
+        if att is not None and resp_len:
+            tokens = {"prompt": int(att[i][:-resp_len].sum()), "response": int(att[i][-resp_len:].sum()),
+                      "llm": int(m.sum()) if m is not None else None}
+        out.append(trace_row(step=step0, global_step=step0 + 1, key=str(i), uid=ntb["uid"][i] if "uid" in ntb else i,
+                             reward_extras=dict(rows[i], **({"acc": ntb["acc"][i]} if "acc" in ntb else {})),
+                             extra_fields=fields, w=float(weights[i]), advantage=a,
+                             hint_in_text=hint, tokens=tokens))
+    driver.run_folder.write_traces(step0, out)
+    _PENDING_ROW.clear()
+    _PENDING_ROW.update(driver=driver, step=step0, rows=out)
 
 
 def forget(root: Any) -> None:
@@ -127,6 +190,8 @@ def _seal_compute_advantage(original, data, adv_estimator, gamma, lam, num_repea
 
     driver.add_records(records)
     metrics.update(driver.end_step(step0 + 1))
+    if driver.run_folder is not None:
+        _write_run_folder_step(driver, root, out, rows, weights, step0)
     out.meta_info.setdefault(METRICS_KEY, {}).update(metrics)
     return out
 
@@ -137,6 +202,13 @@ def _seal_compute_data_metrics(original, *args, **kwargs):
     meta = getattr(batch, "meta_info", None)
     if isinstance(meta, dict) and METRICS_KEY in meta:
         result.update(meta.pop(METRICS_KEY))
+        pending = dict(_PENDING_ROW)
+        _PENDING_ROW.clear()
+        if pending:
+            drv = pending["driver"]
+            drv.run_folder.append_metrics(step_row(
+                step=pending["step"], global_step=pending["step"] + 1, state_before=drv.state_before,
+                state_after=drv.state, rows=pending["rows"], seconds=None, metrics=result))
     return result
 
 

@@ -12,6 +12,15 @@ Registered as ``trainer.v1.trainer_mode=seal`` (``verl.trainer.ppo.v1.register_t
 - ``_save_checkpoint`` / ``_load_checkpoint``: the state goes into ``global_step_N/seal_state.json`` and
   comes back on resume; after loading (also on a fresh start) it is published before the first rollout.
 
+With ``seal.run_dir`` set, two more hooks keep the run folder (``driver.RunFolder``, the dry run's layout):
+
+- ``_compute_metrics`` (after verl's own, when the step's metrics dict is complete and the batch is still in
+  TransferQueue): ``traces_step_{k}.jsonl`` (per rollout: trace, labels, reward, w, advantage, cue tokens,
+  whether cue text occurs in the decoded tokens) and one ``metrics.jsonl`` row with every logged scalar
+  (``seal/...``, ``timing_s/...``, ``training/...``); ``state_step_{k}.json`` is written by the driver;
+- ``_validate``: the validation rollouts (``val_traces.jsonl``), read from TransferQueue right after verl's
+  validation samples them from its replay buffer, before verl clears them.
+
 verl compares ``trainer_mode`` with ``"sync"`` in several places (replay buffer, checkpointing of the
 TransferQueue, dataloader granularity); the trainer therefore runs with ``self.trainer_mode`` set to the mode
 it extends, so those code paths behave exactly as in the stock sync trainer.
@@ -39,7 +48,7 @@ from seal_verl.verl_glue.advantage import (
     weight_plan,
 )
 from seal_verl.verl_glue.config import SEAL_GRPO, SEAL_TRAINER_MODES, check_run_config, estimator_name
-from seal_verl.verl_glue.driver import SealDriver, resume_folder
+from seal_verl.verl_glue.driver import SealDriver, resume_folder, step_row, trace_row, val_row
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +58,32 @@ def _as_list(value) -> list:
     if hasattr(value, "tolist"):
         return list(value.tolist())
     return list(value)
+
+
+def _unpadded_rows(value) -> list:
+    """Per-row tensors of a TransferQueue tensor field (nested/jagged: unbound; padded: rows as they are)."""
+    if getattr(value, "is_nested", False):
+        return list(value.unbind())
+    return list(value)
+
+
+#: the agent loop's per-rollout timers (verl's ``AgentLoopMetrics``), summarised per step in the run folder
+AGENT_LOOP_TIMERS = ("generate_sequences", "tool_calls", "compute_score")
+
+
+def _resolved(cfg):
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except Exception:  # noqa: BLE001 - an unresolvable interpolation: keep the unresolved form
+        return OmegaConf.to_container(cfg, resolve=False)
+
+
+def _cue_marker() -> str:
+    from env_wrappers.observation import HINT_PREFIX
+
+    return HINT_PREFIX.strip()
 
 
 def _reward_extras(extra_field) -> dict | None:
@@ -74,6 +109,8 @@ class SealTrainerMixin:
         self.replay_buffer = self._build_replay_buffer()
         self.seal_adv_estimator = estimator_name(self.config.algorithm.adv_estimator)
         self.seal = SealDriver(seal_cfg, actor=state_actor.actor_coordinates(config))
+        #: TransferQueue key -> (uid, w, reward extras) of the current step's rollouts (for the run folder)
+        self._seal_step_rows: dict = {}
 
     # ------------------------------------------------------------------ advantage
 
@@ -154,6 +191,12 @@ class SealTrainerMixin:
         metrics.update(weight_metrics(weights[real] if bool(real.any()) else weights))
         metrics["seal/weight/warmup"] = 1.0 if self.seal.in_warmup(step0) else 0.0
 
+        if self.seal.run_folder is not None:
+            pending = self.__dict__.setdefault("_seal_step_rows", {})
+            for i, (key, info) in enumerate(zip(batch.keys, rows, strict=True)):
+                if info is not None:
+                    pending[key] = (uids[i], float(weights[i]), info)
+
         if self.seal_adv_estimator == SEAL_GRPO:
             self._seal_check_single_output_sessions(batch)
             plan = WeightPlan(uids=uids, weights=weights, apply_to=self.seal.cfg.weighting.apply_to)
@@ -169,9 +212,125 @@ class SealTrainerMixin:
     # ------------------------------------------------------------------ step end: closed loop
 
     def step(self, metrics: dict, timing_raw: dict):
+        self._seal_step_rows = {}
         batch = super().step(metrics, timing_raw)
         metrics.update(self.seal.end_step(self.global_steps))
         return batch
+
+    # ------------------------------------------------------------------ run folder
+
+    def _seal_fetch_rollouts(self, batch, fields: list[str]) -> dict:
+        import transfer_queue as tq
+
+        return tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+
+    def _seal_decode_has_marker(self, prompt_ids, response_ids) -> bool:
+        marker = _cue_marker()
+        text = self.tokenizer.decode(prompt_ids.tolist(), skip_special_tokens=False)
+        text += self.tokenizer.decode(response_ids.tolist(), skip_special_tokens=False)
+        return marker in text
+
+    def _seal_write_step(self, batch, metrics: dict, timing_raw: dict, global_steps: int) -> None:
+        folder = self.seal.run_folder
+        pending = self.__dict__.get("_seal_step_rows", {})
+        data = self._seal_fetch_rollouts(batch, ["extra_fields", "prompts", "responses", "response_mask", "advantages"])
+        loop_metrics = self._seal_agent_loop_metrics(batch)
+        extra_fields = _as_list(data["extra_fields"])
+        prompts = _unpadded_rows(data["prompts"])
+        responses = _unpadded_rows(data["responses"])
+        masks = _unpadded_rows(data["response_mask"])
+        advantages = _unpadded_rows(data["advantages"])
+        k = int(global_steps) - 1
+        rows = []
+        for i, key in enumerate(batch.keys):
+            if key not in pending:  # padding row (no evidence, not part of C_t)
+                continue
+            uid, w, info = pending[key]
+            mask = masks[i].bool()
+            adv = advantages[i]
+            n = min(int(mask.shape[0]), int(adv.shape[0]))
+            sel = adv[:n][mask[:n]]
+            rows.append(trace_row(
+                step=k, global_step=int(global_steps), key=key, uid=uid, reward_extras=info,
+                extra_fields=extra_fields[i] if isinstance(extra_fields[i], dict) else {}, w=w,
+                advantage=float(sel.float().mean()) if sel.numel() else 0.0,
+                hint_in_text=self._seal_decode_has_marker(prompts[i], responses[i]),
+                tokens={"prompt": int(prompts[i].shape[0]), "response": int(responses[i].shape[0]),
+                        "llm": int(mask.sum())},
+            ))
+            if loop_metrics is not None:
+                rows[-1]["timing"] = {name: loop_metrics[i].get(name) for name in AGENT_LOOP_TIMERS}
+        if loop_metrics is not None:
+            # verl's legacy trainer logs these (agent_loop/<timer>/{min,max,mean}); the V1 trainer keeps them per
+            # rollout in TransferQueue only. Logged here with the step (this runs before verl's logger call).
+            for name in AGENT_LOOP_TIMERS:
+                values = [float(m.get(name) or 0.0) for m in loop_metrics if isinstance(m, dict)]
+                if values:
+                    metrics[f"agent_loop/{name}/mean"] = float(np.mean(values))
+                    metrics[f"agent_loop/{name}/max"] = float(np.max(values))
+                    metrics[f"agent_loop/{name}/sum"] = float(np.sum(values))
+        folder.write_traces(k, rows)
+        seconds = (timing_raw or {}).get("step")
+        folder.append_metrics(step_row(step=k, global_step=int(global_steps), state_before=self.seal.state_before,
+                                       state_after=self.seal.state, rows=rows, seconds=seconds, metrics=metrics))
+        self._seal_step_rows = {}
+
+    def _seal_agent_loop_metrics(self, batch) -> list | None:
+        """Per rollout: the agent loop's own timers (``AgentLoopMetrics``: generate_sequences, tool_calls,
+        compute_score seconds), or None when the batch has no ``metrics`` field."""
+        try:
+            data = self._seal_fetch_rollouts(batch, ["metrics"])
+        except (KeyError, ValueError, RuntimeError):
+            return None
+        rows = _as_list(data["metrics"])
+        return [r if isinstance(r, dict) else {} for r in rows]
+
+    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        result = super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+        if self.seal.run_folder is not None:
+            self._seal_write_step(batch, metrics, timing_raw, global_steps)
+        return result
+
+    def _seal_val_rows(self, batch) -> list[dict]:
+        if not batch.keys:  # every rollout of the batch failed: verl reports that itself
+            return []
+        data = self._seal_fetch_rollouts(batch, ["extra_fields", "prompts", "responses", "rm_scores"])
+        extra_fields = _as_list(data["extra_fields"])
+        prompts = _unpadded_rows(data["prompts"])
+        responses = _unpadded_rows(data["responses"])
+        scores = _unpadded_rows(data["rm_scores"])
+        rows = []
+        for i, key in enumerate(batch.keys):
+            ef = extra_fields[i] if isinstance(extra_fields[i], dict) else {}
+            rows.append(val_row(
+                global_step=int(self.global_steps), key=key, reward_extras=_reward_extras(ef) or {},
+                extra_fields=ef, score=float(scores[i].sum()),
+                hint_in_text=self._seal_decode_has_marker(prompts[i], responses[i]),
+                tokens={"prompt": int(prompts[i].shape[0]), "response": int(responses[i].shape[0])},
+            ))
+        return rows
+
+    def _validate(self):
+        folder = self.seal.run_folder
+        if folder is None:
+            return super()._validate()
+        buffer = self.replay_buffer
+        original = buffer.sample
+        captured: list[dict] = []
+
+        def sample(*args, **kwargs):
+            out = original(*args, **kwargs)
+            if kwargs.get("partition_id") == "val":
+                captured.extend(self._seal_val_rows(out[0]))
+            return out
+
+        buffer.sample = sample  # instance attribute: verl's _validate calls self.replay_buffer.sample(...)
+        try:
+            result = super()._validate()
+        finally:
+            del buffer.sample
+        folder.append_val(captured)
+        return result
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -194,8 +353,24 @@ class SealTrainerMixin:
             logger.info("restored SEAL closed-loop state of step %s from %s", self.global_steps, folder)
         else:
             self.seal.global_step = 0
+        self.seal.state_before = self.seal.state
+        if self.seal.run_folder is not None:
+            self._seal_write_config(resumed_from=folder)
         self.seal.publish()  # before any rollout of this run
         return result
+
+    def _seal_write_config(self, resumed_from) -> None:
+        cfg = self.config
+        recipe = cfg.get("recipe") or {}
+        self.seal.run_folder.write_config({
+            "trainer": f"verl main_ppo, trainer.v1.trainer_mode={cfg.trainer.v1.get('trainer_mode')}",
+            "variant": recipe.get("variant") if hasattr(recipe, "get") else None,
+            "model": cfg.actor_rollout_ref.model.path,
+            "seal": self.seal.cfg.to_dict(),
+            "resumed_from": resumed_from,
+            "resumed_from_step": int(self.global_steps) if resumed_from else None,
+            "verl": _resolved(cfg),
+        })
 
 
 class SealPPOTrainer(SealTrainerMixin, PPOTrainerSync):

@@ -1,0 +1,416 @@
+"""Checks of a real CPU training run (recipes/bfcl_v3/cpu/run_cpu.sh): reads the run folder, prints one line per
+check, exits 0 only if every check passes.
+
+    python recipes/bfcl_v3/cpu/check_run.py RUN_DIR [--steps N] [--resumed-from PARENT_RUN_DIR]
+                                           [--require-moving-weights] [--json OUT.json]
+
+What is checked (the variant's switches come from the run's config.json):
+
+- ``exit``: run_cpu.sh recorded exit code 0 (timing.json);
+- ``steps``: metrics.jsonl has one row per training step, consecutive global steps (``--steps``: the last one),
+  each with SEAL's metrics (``seal/step``, ``seal/weight/mean``, ``seal/prevalence/*``, ``seal/rho/*``, ...), and
+  the console log (main_ppo.log) printed ``seal/`` metrics on each step's line;
+- ``state``: ``state_step_{k}.json`` exists for every step, ``step`` advanced by one per training step, the
+  history grew by one row per step and its last row is the step's logged C_t;
+- ``weights``: with reweighting, each rollout's w equals clip(sum_z p(z) rho(z)) recomputed from its labels and
+  rho_t of the state before the step, rollouts whose profiles weigh differently got different w, w differs from
+  1 wherever the recomputed weight does, and the logged advantage equals w times verl's GRPO advantage of the
+  rollout's group; without reweighting every w is 1;
+- ``cues``: with the environment side, training rollouts (``seal_bfcl`` loop) carry cue text (the ``[hint]``
+  marker decoded from their tokens) and cue tokens exactly when the interface was active and inserted cues;
+  without it none carries any; validation rollouts (``bfcl`` loop, at least one validation) never carry a cue;
+- ``sync``: verl's rollout-vs-actor log-prob metrics after each weight sync (``calculate_log_probs=true``):
+  ``training/rollout_probs_diff_valid`` 1, ``training/rollout_probs_diff_mean`` <= 1e-3,
+  ``training/rollout_actor_probs_pearson_corr`` >= 0.9; with ``--require-moving-weights`` (a run whose weights
+  move) also ``actor/grad_norm`` > 0, ``actor/kl_loss`` > 0 (the actor moved away from the initial = reference
+  weights) and, from the second step on, ``rollout_corr/k3_kl`` (rollout vs actor) below a tenth of the previous
+  step's ``actor/kl_loss`` (what a rollout still on the initial weights would show): the sync is real;
+- ``resume`` (with ``--resumed-from``): the run restarted at the parent's last checkpoint, its first step ran
+  under the parent's final interface (Omega) and rho, and the closed-loop history continues the parent's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import sys
+from collections import defaultdict
+from typing import Any, Optional
+
+SEAL_KEYS = ("seal/step", "seal/weight/mean", "seal/success_rate", "seal/n_trajectories")
+SEAL_PREFIXES = ("seal/prevalence/", "seal/rho/", "seal/cue_active/")
+SYNC_DIFF_MAX = 1e-3
+SYNC_PEARSON_MIN = 0.9     # Pearson of near-uniform probabilities (a random model) is noisy; the KL test below is not
+#: with moving weights: KL(rollout, actor) after a sync must stay below this share of the actor's KL to the initial
+#: weights (what the rollout would show if it still had the initial weights)
+SYNC_KL_FRACTION = 0.1
+W_TOL = 1e-4
+ADV_TOL = 2e-3
+TRAIN_LOOP = "seal_bfcl"
+EVAL_LOOP = "bfcl"
+
+
+class Run:
+    """The files of one run folder."""
+
+    def __init__(self, path: str):
+        self.path = os.path.abspath(path)
+        self.config = self._json("config.json") or {}
+        self.timing = self._json("timing.json")
+        self.metrics = self._jsonl("metrics.jsonl")
+        self.val = self._jsonl("val_traces.jsonl")
+        self.traces: dict[int, list[dict]] = {}
+        self.states: dict[int, dict] = {}
+        for name in sorted(os.listdir(self.path)):
+            m = re.fullmatch(r"traces_step_(\d+)\.jsonl", name)
+            if m:
+                self.traces[int(m.group(1))] = self._jsonl(name)
+            m = re.fullmatch(r"state_step_(\d+)\.json", name)
+            if m:
+                self.states[int(m.group(1))] = self._json(name)
+        log = os.path.join(self.path, "main_ppo.log")
+        self.log = open(log, encoding="utf-8", errors="replace").read() if os.path.exists(log) else None
+
+    def _json(self, name: str) -> Optional[Any]:
+        p = os.path.join(self.path, name)
+        if not os.path.exists(p):
+            return None
+        with open(p, encoding="utf-8") as f:
+            return json.load(f)
+
+    def _jsonl(self, name: str) -> list[dict]:
+        p = os.path.join(self.path, name)
+        if not os.path.exists(p):
+            return []
+        with open(p, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    @property
+    def switches(self) -> dict:
+        return (self.config.get("seal") or {}).get("switches") or {}
+
+    @property
+    def weighting(self) -> dict:
+        return (self.config.get("seal") or {}).get("weighting") or {}
+
+    @property
+    def steps(self) -> list[int]:
+        return [int(r["step"]) for r in self.metrics]
+
+
+class Report:
+    def __init__(self):
+        self.items: list[tuple[str, bool, str]] = []
+
+    def add(self, name: str, ok: bool, detail: str) -> bool:
+        self.items.append((name, bool(ok), detail))
+        return bool(ok)
+
+    @property
+    def ok(self) -> bool:
+        return all(ok for _, ok, _ in self.items)
+
+    def text(self) -> str:
+        return "\n".join(f"[{'PASS' if ok else 'FAIL'}] {name:<8} {detail}" for name, ok, detail in self.items)
+
+
+# ------------------------------------------------------------------------------------------------ checks
+
+
+def check_exit(run: Run, rep: Report) -> None:
+    if run.timing is None:
+        rep.add("exit", False, "no timing.json (run_cpu.sh writes it with the exit code)")
+        return
+    rc = run.timing.get("exit_code")
+    rep.add("exit", rc == 0, f"main_ppo exit code {rc}; main_ppo {run.timing.get('main_ppo_s')} s")
+
+
+def check_steps(run: Run, rep: Report, last_step: Optional[int]) -> None:
+    if not run.metrics:
+        rep.add("steps", False, "metrics.jsonl is missing or empty")
+        return
+    gs = [int(r["global_step"]) for r in run.metrics]
+    problems = []
+    if gs != list(range(gs[0], gs[0] + len(gs))):
+        problems.append(f"global steps not consecutive: {gs}")
+    if last_step is not None and gs[-1] != last_step:
+        problems.append(f"last global step {gs[-1]}, expected {last_step}")
+    for r in run.metrics:
+        m = r.get("metrics") or {}
+        missing = [k for k in SEAL_KEYS if k not in m] + [p + "*" for p in SEAL_PREFIXES if not any(k.startswith(p) for k in m)]
+        if missing:
+            problems.append(f"step {r['global_step']}: no {', '.join(missing)}")
+        if int(r["step"]) != int(r["global_step"]) - 1:
+            problems.append(f"row step {r['step']} != global_step - 1 ({r['global_step']})")
+    if run.log is not None:
+        for g in gs:
+            line = next((ln for ln in run.log.splitlines() if re.search(rf"\bstep:{g} - ", ln)), None)
+            if line is None or "seal/weight/mean" not in line or "seal/prevalence/" not in line:
+                problems.append(f"console log has no seal/ metrics on the line of step {g}")
+    else:
+        problems.append("no main_ppo.log")
+    rep.add("steps", not problems, "; ".join(problems) or
+            f"{len(gs)} steps (global {gs[0]}..{gs[-1]}), every one with seal/ metrics in metrics.jsonl and the console log")
+
+
+def check_state(run: Run, rep: Report) -> None:
+    problems = [] if run.metrics else ["no training step in metrics.jsonl"]
+    for r in run.metrics:
+        k = int(r["step"])
+        st = run.states.get(k)
+        if st is None:
+            problems.append(f"no state_step_{k}.json")
+            continue
+        if int(st["step"]) != k + 1:
+            problems.append(f"state_step_{k}.json has step {st['step']}, expected {k + 1}")
+        if len(st.get("history", [])) != k + 1:
+            problems.append(f"state_step_{k}.json history has {len(st.get('history', []))} rows, expected {k + 1}")
+        elif st["history"][-1].get("prevalence") != r.get("prevalence"):
+            problems.append(f"state_step_{k}.json last history row is not step {k}'s logged C_t")
+        prev = run.states.get(k - 1)
+        if prev is not None and prev == st:
+            problems.append(f"state_step_{k}.json equals state_step_{k - 1}.json")
+    ks = sorted(run.states) or [None]
+    rep.add("state", not problems, "; ".join(problems) or
+            f"state_step_{ks[0]}..{ks[-1]}.json: step advanced 1 per training step, history +1 row per step")
+
+
+def _rho_before(run: Run, k: int, parent: Optional[Run]) -> Optional[dict]:
+    st = run.states.get(k)
+    if st is None:
+        return None
+    hist = st.get("history") or []
+    if k == 0:
+        return st.get("base_rho")
+    if len(hist) >= k:
+        return hist[k - 1].get("rho")
+    if parent is not None and (k - 1) in parent.states:
+        return parent.states[k - 1].get("rho")
+    return None
+
+
+def _grpo_advantages(rewards: list[float], eps: float = 1e-6) -> list[float]:
+    """verl's GRPO outcome advantage of one group (torch.std is the unbiased std; one member -> 0)."""
+    if len(rewards) < 2:
+        return [0.0 for _ in rewards]
+    mean = statistics.fmean(rewards)
+    std = statistics.stdev(rewards)
+    return [(r - mean) / (std + eps) for r in rewards]
+
+
+def check_weights(run: Run, rep: Report, parent: Optional[Run]) -> None:
+    from seal_verl.profile import trajectory_profile
+    from seal_verl.weighting import trajectory_weight
+
+    wcfg = run.weighting
+    reweighting = bool(run.switches.get("reweighting"))
+    problems: list[str] = [] if run.metrics else ["no training step in metrics.jsonl"]
+    n_rows = n_not1 = n_adv = n_nonzero_adv = 0
+    for r in run.metrics:
+        k = int(r["step"])
+        rows = run.traces.get(k)
+        if not rows:
+            problems.append(f"no traces_step_{k}.jsonl")
+            continue
+        rho = _rho_before(run, k, parent)
+        groups: dict[str, list[dict]] = defaultdict(list)
+        for row in rows:
+            n_rows += 1
+            groups[row["uid"]].append(row)
+            w = float(row["w"])
+            if not reweighting:
+                if w != 1.0:
+                    problems.append(f"step {k} {row['task_id']}: w={w} without reweighting")
+                continue
+            if rho is None:
+                problems.append(f"step {k}: rho_t unknown")
+                break
+            p = trajectory_profile(row["labels"], row["abstention"])
+            warm = k < int(wcfg.get("warmup_steps", 0) or 0)
+            expected = 1.0 if warm else trajectory_weight(p, rho, float(wcfg.get("w_min", 0.5)), float(wcfg.get("w_max", 2.0)))
+            if abs(w - expected) > W_TOL:
+                problems.append(f"step {k} {row['task_id']}: w={w:.5f}, recomputed {expected:.5f} from labels {row['labels']}")
+            if abs(expected - 1.0) > W_TOL and abs(w - 1.0) <= W_TOL / 10:
+                problems.append(f"step {k} {row['task_id']}: w=1 although the labels weigh {expected:.4f}")
+            n_not1 += abs(w - 1.0) > W_TOL
+        # advantage = w * GRPO advantage of the group (apply_to=all)
+        if (wcfg.get("apply_to", "all") == "all") or not reweighting:
+            for uid, members in groups.items():
+                adv = _grpo_advantages([float(m["reward"]) for m in members])
+                for m, a in zip(members, adv):
+                    if m.get("advantage") is None:
+                        continue
+                    n_adv += 1
+                    n_nonzero_adv += abs(float(m["advantage"])) > 1e-6
+                    want = float(m["w"]) * a
+                    if abs(float(m["advantage"]) - want) > ADV_TOL * max(1.0, abs(want)):
+                        problems.append(f"step {k} {m['task_id']}: advantage {m['advantage']:.4f}, expected w*A = {want:.4f}")
+    if reweighting and n_rows and n_not1 == 0:
+        problems.append("reweighting is on but every w is 1")
+    detail = (f"{n_rows} rollouts; " + (f"{n_not1} with w != 1, every w = clip(sum p*rho_t) of its labels" if reweighting
+                                        else "reweighting off: every w = 1")
+              + f"; advantage = w x GRPO advantage for {n_adv} rollouts ({n_nonzero_adv} non-zero)")
+    rep.add("weights", not problems, "; ".join(problems[:6]) + (f" (+{len(problems) - 6} more)" if len(problems) > 6 else "") or detail)
+
+
+def check_cues(run: Run, rep: Report) -> None:
+    env_side = bool(run.switches.get("env_side"))
+    problems: list[str] = [] if run.traces else ["no traces_step_k.jsonl"]
+    n_train = n_cued = 0
+    for k, rows in sorted(run.traces.items()):
+        for row in rows:
+            n_train += 1
+            if row.get("agent_loop") != TRAIN_LOOP:
+                problems.append(f"step {k} {row['task_id']}: training rollout ran the {row.get('agent_loop')!r} loop")
+            cued = int(row.get("cue_tokens") or 0) > 0
+            n_cued += cued
+            if not env_side and (cued or row.get("hint_in_text")):
+                problems.append(f"step {k} {row['task_id']}: cue text without the environment side")
+            if cued and not row.get("hint_in_text"):
+                problems.append(f"step {k} {row['task_id']}: {row['cue_tokens']} cue tokens but no cue marker in the tokens")
+            if row.get("hint_in_text") and not cued:
+                problems.append(f"step {k} {row['task_id']}: cue marker in the tokens but 0 cue tokens counted")
+            if (cued or row.get("hint_in_text")) and not row.get("interface_active"):
+                problems.append(f"step {k} {row['task_id']}: cue text while the interface was off")
+    if env_side and n_cued == 0:
+        problems.append("environment side on, but no training rollout carried a cue")
+    n_val = len(run.val)
+    if n_val == 0:
+        problems.append("no validation rollouts (val_traces.jsonl)")
+    for row in run.val:
+        if row.get("agent_loop") != EVAL_LOOP:
+            problems.append(f"validation rollout {row['task_id']} ran the {row.get('agent_loop')!r} loop")
+        if int(row.get("cue_tokens") or 0) or row.get("hint_in_text"):
+            problems.append(f"validation rollout {row['task_id']} (global step {row['global_step']}) carries cue text")
+    vsteps = sorted({int(r["global_step"]) for r in run.val})
+    rep.add("cues", not problems, "; ".join(problems[:6]) or
+            f"training: {n_cued}/{n_train} rollouts carried cues ({'env side on' if env_side else 'env side off'}); "
+            f"validation: {n_val} rollouts at global steps {vsteps}, none with cue text")
+
+
+def check_sync(run: Run, rep: Report, require_moving: bool) -> None:
+    problems = [] if run.metrics else ["no training step in metrics.jsonl"]
+    worst_diff, worst_pearson, rows = 0.0, 1.0, []
+    prev_kl = None
+    for i, r in enumerate(run.metrics):
+        m = r.get("metrics") or {}
+        g = r["global_step"]
+        valid = m.get("training/rollout_probs_diff_valid")
+        diff = m.get("training/rollout_probs_diff_mean")
+        pearson = m.get("training/rollout_actor_probs_pearson_corr")
+        if valid != 1 or diff is None or pearson is None:
+            problems.append(f"step {g}: no rollout log-prob comparison (set actor_rollout_ref.rollout.calculate_log_probs=true)")
+            continue
+        worst_diff, worst_pearson = max(worst_diff, diff), min(worst_pearson, pearson)
+        if diff > SYNC_DIFF_MAX:
+            problems.append(f"step {g}: rollout_probs_diff_mean {diff:.2e} > {SYNC_DIFF_MAX}")
+        if pearson < SYNC_PEARSON_MIN:
+            problems.append(f"step {g}: rollout_actor_probs_pearson_corr {pearson:.4f} < {SYNC_PEARSON_MIN}")
+        gn, kl, rkl = m.get("actor/grad_norm"), m.get("actor/kl_loss"), m.get("rollout_corr/k3_kl")
+        rows.append((g, gn, kl, rkl))
+        if require_moving:
+            if not gn or gn <= 0:
+                problems.append(f"step {g}: actor/grad_norm {gn}: the update did not move the weights")
+            if not kl or kl <= 0:
+                problems.append(f"step {g}: actor/kl_loss {kl}: the actor did not move away from the reference")
+            if i > 0 and prev_kl and (rkl is None or rkl > prev_kl * SYNC_KL_FRACTION):
+                problems.append(f"step {g}: rollout-vs-actor k3 KL {rkl} is not far below the actor's KL to the initial "
+                                f"weights of the previous step ({prev_kl:.3g}): the rollout may not have the new weights")
+        prev_kl = kl
+    fmt = ", ".join(f"g{g}: grad {gn:.2g}, KL(actor||ref) {kl:.2g}, KL(rollout,actor) {rkl:.2g}"
+                    for g, gn, kl, rkl in rows if None not in (gn, kl, rkl))
+    vacuous = not any((gn or 0) > 0 and (kl or 0) > 0 for _, gn, kl, _ in rows)
+    rep.add("sync", not problems, "; ".join(problems) or
+            f"after every weight sync: max mean |p_rollout - p_actor| {worst_diff:.2e}, min Pearson {worst_pearson:.4f} "
+            f"({fmt})" + (" [the weights never moved (all advantages 0): agreement expected, not a proof of the sync]"
+                          if vacuous else ""))
+
+
+def check_resume(run: Run, rep: Report, parent: Run) -> None:
+    problems = []
+    if not parent.metrics:
+        rep.add("resume", False, f"parent run {parent.path} has no metrics.jsonl")
+        return
+    n = int(parent.metrics[-1]["global_step"])
+    if run.config.get("resumed_from_step") != n:
+        problems.append(f"config.json resumed_from_step {run.config.get('resumed_from_step')}, parent ended at {n}")
+    if not run.metrics or int(run.metrics[0]["global_step"]) != n + 1:
+        problems.append(f"first step {run.metrics[0]['global_step'] if run.metrics else None}, expected {n + 1}")
+    final = parent.states.get(n - 1)
+    ckpt = os.path.join(parent.path, "checkpoints", f"global_step_{n}", "seal_state.json")
+    if final is None:
+        problems.append(f"parent has no state_step_{n - 1}.json")
+    elif os.path.exists(ckpt):
+        with open(ckpt) as f:
+            saved = json.load(f)
+        if saved.get("state") != final:
+            problems.append(f"{ckpt} differs from the parent's state_step_{n - 1}.json")
+    else:
+        problems.append(f"no {ckpt}")
+    if final is not None and run.metrics:
+        active = sorted(k for k, on in final["interface"]["active"].items() if on)
+        first = run.metrics[0]
+        if first.get("active_during") != active:
+            problems.append(f"first resumed step ran under {first.get('active_during')}, parent's final interface {active}")
+        if run.switches.get("env_side"):
+            for row in run.traces.get(int(first["step"]), []):
+                if sorted(row.get("interface_active") or []) != active:
+                    problems.append(f"rollout {row['task_id']} saw interface {row.get('interface_active')}, expected {active}")
+                    break
+        st = run.states.get(int(first["step"]))
+        if st is not None and st.get("history", [])[:n] != final.get("history"):
+            problems.append("the resumed run's closed-loop history does not continue the parent's")
+        rho_first = _rho_before(run, int(first["step"]), parent)
+        if rho_first is None or any(abs(float(rho_first.get(z, math.inf)) - float(v)) > W_TOL
+                                    for z, v in final["rho"].items()):
+            problems.append(f"rho of the first resumed step {rho_first} is not the parent's final rho {final['rho']}")
+        active_txt = ",".join(active) or "none"
+    else:
+        active_txt = "?"
+    rep.add("resume", not problems, "; ".join(problems) or
+            f"resumed at global step {n + 1} from {os.path.relpath(os.path.dirname(ckpt), os.path.dirname(parent.path))}: first step "
+            f"ran under the saved interface ({active_txt}) and rho, history continues (+{len(run.metrics)} steps)")
+
+
+def check_run(path: str, steps: Optional[int] = None, resumed_from: Optional[str] = None,
+              require_moving_weights: bool = False) -> Report:
+    run = Run(path)
+    parent = Run(resumed_from) if resumed_from else None
+    rep = Report()
+    check_exit(run, rep)
+    check_steps(run, rep, steps)
+    check_state(run, rep)
+    check_weights(run, rep, parent)
+    check_cues(run, rep)
+    check_sync(run, rep, require_moving_weights)
+    if parent is not None:
+        check_resume(run, rep, parent)
+    return rep
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run_dir")
+    p.add_argument("--steps", type=int, default=None, help="the last global step the run must have reached")
+    p.add_argument("--resumed-from", default=None, help="run dir of the run this one resumed from")
+    p.add_argument("--require-moving-weights", action="store_true",
+                   help="also require non-zero gradients and a growing KL to the reference (a run with learning signal)")
+    p.add_argument("--json", default=None, help="also write the results here")
+    args = p.parse_args(argv)
+    rep = check_run(args.run_dir, args.steps, args.resumed_from, args.require_moving_weights)
+    run = Run(args.run_dir)
+    print(f"run {run.path} (variant {run.config.get('variant')}, switches {run.switches})")
+    print(rep.text())
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"run_dir": run.path, "ok": rep.ok,
+                       "checks": [{"name": n, "ok": ok, "detail": d} for n, ok, d in rep.items]}, f, indent=1)
+    return 0 if rep.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Model and data of a CPU training run (used by run_cpu.sh): the tiny local Qwen2 and the BFCL parquet files.
+
+    python recipes/bfcl_v3/cpu/prepare_run.py RUN_DIR [--split-file F] [--max-model-len N] [--max-prompt-length N]
+
+Writes ``RUN_DIR/model`` (``seal_verl.tiny_model.make_tiny_qwen``; reused when present) and ``RUN_DIR/data``
+(``seal-verl prepare-data --split-file``: ``train.parquet`` rows use the ``seal_bfcl`` loop, ``eval.parquet``
+rows the ``bfcl`` loop). Nothing is downloaded.
+
+Two size adjustments, both outside the recipe's semantics:
+
+- the tiny model is made with ``max_position_embeddings=2048``, but a BFCL first prompt with its tool docs is
+  about 4-7k tokens with the tiny tokenizer. vLLM refuses a ``max_model_len`` above the model's position limit,
+  so the limit in ``config.json`` (and the tokenizer's ``model_max_length``) is raised to ``--max-model-len``.
+  Qwen2 uses RoPE, which has no learned position table: the weights do not change;
+- every task of the split is rendered the way the agent loop renders it (chat template, the task's tools in the
+  system turn, generation prompt) and its length is checked against ``--max-prompt-length`` here, so a task that
+  cannot fit fails before Ray and vLLM start. The agent loop would refuse it too (it never truncates tool docs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_SPLIT = os.path.join(HERE, "split_cpu.json")
+
+
+def make_model(path: str, max_model_len: int) -> str:
+    from seal_verl.tiny_model import make_tiny_qwen
+
+    if not (os.path.exists(os.path.join(path, "config.json")) and os.path.exists(os.path.join(path, "tokenizer.json"))):
+        make_tiny_qwen(path)
+    cfg_path = os.path.join(path, "config.json")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    if int(cfg.get("max_position_embeddings", 0)) < max_model_len:
+        cfg["max_position_embeddings"] = int(max_model_len)
+        with open(cfg_path, "w") as f:
+            json.dump(cfg, f, indent=2)
+    tok_cfg_path = os.path.join(path, "tokenizer_config.json")
+    if os.path.exists(tok_cfg_path):
+        with open(tok_cfg_path) as f:
+            tok_cfg = json.load(f)
+        if int(tok_cfg.get("model_max_length", 0) or 0) < max_model_len:
+            tok_cfg["model_max_length"] = int(max_model_len)
+            with open(tok_cfg_path, "w") as f:
+                json.dump(tok_cfg, f, indent=2)
+    return os.path.abspath(path)
+
+
+def prompt_lengths(model: str, task_ids: list[str]) -> dict[str, int]:
+    """Tokens of each task's first prompt as the BFCL agent loop renders it for ``call_format=json`` (the
+    task's tools passed to the chat template)."""
+    from transformers import AutoTokenizer
+
+    from env_wrappers.bfcl.tasks import load_tasks
+
+    tok = AutoTokenizer.from_pretrained(model)
+    tasks = load_tasks(task_ids)
+    out = {}
+    for tid in task_ids:
+        task = tasks[tid]
+        msgs = [{"role": str(m["role"]), "content": str(m["content"])} for m in task.questions[0]]
+        ids = tok.apply_chat_template(msgs, tools=task.tools(upto_turn=0), add_generation_prompt=True, tokenize=True)
+        if hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        out[tid] = len(ids)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run_dir")
+    p.add_argument("--split-file", default=DEFAULT_SPLIT)
+    p.add_argument("--call-format", default="json", choices=["json"],
+                   help="the tiny model's chat template is Qwen-style: JSON tool calls only")
+    p.add_argument("--max-model-len", type=int, default=8192)
+    p.add_argument("--max-prompt-length", type=int, default=5120)
+    p.add_argument("--model", default=None, help="reuse this tiny model folder instead of RUN_DIR/model")
+    args = p.parse_args(argv)
+
+    from env_wrappers.bfcl.prepare_data import format_summary, prepare_data, read_split_file
+
+    run_dir = os.path.abspath(args.run_dir)
+    os.makedirs(run_dir, exist_ok=True)
+    model = make_model(args.model or os.path.join(run_dir, "model"), args.max_model_len)
+    split = read_split_file(args.split_file)
+    lengths = prompt_lengths(model, split["train"] + split["eval"])
+    too_long = {t: n for t, n in lengths.items() if n > args.max_prompt_length}
+    if too_long:
+        print(f"error: first prompts longer than max_prompt_length={args.max_prompt_length}: {too_long}", file=sys.stderr)
+        return 2
+    summary = prepare_data(os.path.join(run_dir, "data"), call_format=args.call_format, split_file=args.split_file)
+    print(format_summary(summary))
+    print(f"model: {model}; first-prompt tokens: min {min(lengths.values())}, max {max(lengths.values())} "
+          f"(limit {args.max_prompt_length})")
+    with open(os.path.join(run_dir, "prepare.json"), "w") as f:
+        json.dump({"model": model, "split_file": os.path.abspath(args.split_file), "prompt_tokens": lengths,
+                   "max_prompt_length": args.max_prompt_length, "max_model_len": args.max_model_len}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

