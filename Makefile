@@ -1,5 +1,6 @@
 # seal-verl: set-up and the main commands (see README.md).
 #   make test          lean CPU environment (.venv) + the test suite
+#   make test-cpu-training  real main_ppo runs on CPU (seal, grpo, resume, moving weights) + their checks
 #   make run           real SEAL training on CPU through verl's launcher (builds .venv-cpu-train first)
 #   make run-grpo      the same run with SEAL switched off (vanilla GRPO), for a step-by-step comparison
 #   make dry-run       the closed loop with a scripted policy (no vLLM, no optimizer step)
@@ -12,7 +13,7 @@ PIP     = $(PY) -m pip
 BFCL_EVAL_VERSION = 2026.3.23
 STEPS  ?= 4
 
-.PHONY: venv test run run-grpo cpu-env dry-run diagnose-demo bench clean
+.PHONY: venv test test-cpu-training run run-grpo cpu-env dry-run diagnose-demo bench clean
 
 $(VENV)/.installed: setup.py Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +30,12 @@ venv: $(VENV)/.installed
 test: venv
 	$(PY) -m pytest -q tests
 
-cpu-env:
+test-cpu-training: venv cpu-env
+	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q tests/test_cpu_training.py
+
+cpu-env: .venv-cpu-train/bin/python
+
+.venv-cpu-train/bin/python:
 	bash recipes/bfcl_v3/cpu/setup_cpu_train_env.sh
 
 run:
