@@ -26,7 +26,7 @@ observations and any cue text): it rebuilds the :class:`~seal_verl.trace.Trace`,
   ``data_source`` (= BFCL category);
 - ``seal_labels`` / ``seal_abstention``: JSON lists (one entry per ground-truth turn) of Psi's labels and of
   the abstention flags (JSON strings, because ragged per-turn lists cannot be stacked by verl);
-- ``seal_category``, ``seal_task_id``: strings; ``seal_checker_error``: 1.0 if the verifier failed on a turn;
+- ``seal_category``, ``seal_task_id``: strings; ``seal_checker_error``: 1.0 if the verifier failed on a turn; ``seal_cue_tokens``: cue tokens in the rollout;
 - ``seal_p_<key>`` for each key of :data:`seal_verl.taxonomy.PROFILE_KEYS`: the trajectory profile p_j(z).
 
 Options (``reward_kwargs``, DESIGN 2.7):
@@ -65,6 +65,7 @@ PROFILE_PREFIX = "seal_p_"
 #: The keys every call returns, in order.
 RESULT_KEYS: tuple[str, ...] = (
     "score", "acc", "seal_labels", "seal_abstention", "seal_category", "seal_task_id", "seal_checker_error",
+    "seal_cue_tokens",
 ) + tuple(PROFILE_PREFIX + k for k in tx.PROFILE_KEYS)
 #: Option defaults (DESIGN 2.7: the training reward fails spurious calls; dense credit is off).
 DEFAULTS: dict[str, bool] = {"strict_abstention": True, "dense_credit": False}
@@ -218,6 +219,9 @@ def compute_score(data_source: Any = None, solution_str: Any = None, ground_trut
         "seal_category": str(task.category),
         "seal_task_id": task_id,
         "seal_checker_error": float(tx.CHECKER_ERROR in labels),
+        # Cue tokens the training interface added to this rollout (0 without cues): carried to the trainer
+        # with the labels so that it can log cue cost per step.
+        "seal_cue_tokens": float((trace.meta.get("cues") or {}).get("tokens", 0) or 0),
     }
     for key in tx.PROFILE_KEYS:
         out[PROFILE_PREFIX + key] = float(profile[key])

@@ -26,8 +26,10 @@ from seal_verl.atomic import atomic_write_text
 from seal_verl import taxonomy as tx
 from seal_verl.interface import (
     CUE_KINDS,
+    FAMILIES,
     InterfaceConfig,
     InterfaceState,
+    active_families,
     active_kinds,
     evolve,
     initial_state,
@@ -288,7 +290,8 @@ def metrics(state: ClosedLoopState, step_profile: StepProfile) -> dict[str, floa
     """Flat scalar metrics for the trainer's logger, all under ``seal/``.
 
     Names: ``seal/prevalence/<key>`` (C_t), ``seal/prevalence_ema/<key>``,
-    ``seal/prevalence_by_category/<category>/<key>``, ``seal/cue_active/<kind>`` (0/1), ``seal/rho/<key>``,
+    ``seal/prevalence_by_category/<category>/<key>``, ``seal/cue_active/<kind>`` (0/1),
+    ``seal/cue_family_active/<family>`` (0/1), ``seal/rho/<key>``,
     ``seal/success_rate``, ``seal/success_rate_by_category/<category>``, ``seal/n_trajectories``, ``seal/n_turns``,
     ``seal/n_checker_errors``, ``seal/step``.
 
@@ -306,6 +309,9 @@ def metrics(state: ClosedLoopState, step_profile: StepProfile) -> dict[str, floa
             out[f"seal/prevalence_by_category/{cat}/{key}"] = float(prev.get(key, 0.0))
     for kind in CUE_KINDS:
         out[f"seal/cue_active/{kind}"] = 1.0 if state.interface.active.get(kind, False) else 0.0
+    on = active_families(state.interface)
+    for family in FAMILIES:
+        out[f"seal/cue_family_active/{family}"] = 1.0 if family in on else 0.0
     for key in tx.PROFILE_KEYS:
         out[f"seal/rho/{key}"] = float(state.rho[key])
     out["seal/success_rate"] = float(step_profile.success_rate)

@@ -194,3 +194,19 @@ def test_metrics_names_and_values():
     assert m["seal/success_rate_by_category/multi_turn_miss_func"] == 1.0
     assert m["seal/step"] == 3.0
     assert m["seal/prevalence_by_category/multi_turn_base/missing_tool_call"] == pytest.approx(0.5)
+
+
+def test_metrics_report_active_cue_families():
+    from seal_verl.interface import InterfaceConfig, InterfaceState
+    from seal_verl.loop import ClosedLoopState, SealSwitches, metrics
+    from seal_verl.profile import aggregate
+    from seal_verl.weighting import WeightingConfig
+
+    state = ClosedLoopState.initial(SealSwitches(), InterfaceConfig(), WeightingConfig())
+    active = dict(state.interface.active)
+    active["error_recovery"] = True
+    state.interface = InterfaceState(active=active, streak_below=dict(state.interface.streak_below), step=1)
+    m = metrics(state, aggregate([]))
+    assert m["seal/cue_family_active/error"] == 1.0
+    assert m["seal/cue_family_active/schema"] == 0.0
+    assert m["seal/cue_family_active/capability"] == 0.0

@@ -399,3 +399,12 @@ def test_v1_seal_grpo_with_stock_trainer_fails_at_first_step(tq_store):
 
     with pytest.raises(SealConfigError, match="trainer_mode"):
         check_run_config(cfg)
+
+
+def test_cue_metrics_from_reward_extras():
+    from seal_verl.verl_glue.advantage import cue_metrics
+
+    rows = [{"seal_cue_tokens": 10.0}, None, {"seal_cue_tokens": 30.0}, {}]
+    m = cue_metrics(rows)
+    assert m == {"seal/cue_tokens/mean": pytest.approx(40.0 / 3), "seal/cue_tokens/max": 30.0}
+    assert cue_metrics([None]) == {}

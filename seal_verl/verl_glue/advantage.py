@@ -230,6 +230,14 @@ def register_estimator() -> None:
     register_adv_est(SEAL_GRPO)(seal_grpo_advantage)
 
 
+def cue_metrics(rows) -> dict[str, float]:
+    """Cue tokens per rollout (``seal_cue_tokens`` of the reward extras; padding rows ``None`` skipped)."""
+    values = [float((r or {}).get("seal_cue_tokens", 0.0) or 0.0) for r in rows if r is not None]
+    if not values:
+        return {}
+    return {"seal/cue_tokens/mean": sum(values) / len(values), "seal/cue_tokens/max": max(values)}
+
+
 def weight_metrics(weights, prefix: str = "seal/weight") -> dict[str, float]:
     """mean/std/min/max of a weight tensor (empty -> nothing)."""
     import torch

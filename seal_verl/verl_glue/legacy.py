@@ -41,6 +41,7 @@ from seal_verl.verl_glue.advantage import (
     profile_from_extras,
     record_from_extras,
     rows_from_non_tensor_batch,
+    cue_metrics,
     weight_metrics,
     weight_plan,
 )
@@ -171,6 +172,7 @@ def _seal_compute_advantage(original, data, adv_estimator, gamma, lam, num_repea
     step0 = driver.global_step  # steps completed so far = 0-based index of this step
     weights = driver.weights(profiles, step0)
     metrics = weight_metrics(weights)
+    metrics.update(cue_metrics(rows))
     metrics["seal/weight/warmup"] = 1.0 if driver.in_warmup(step0) else 0.0
 
     if name == SEAL_GRPO:

@@ -44,6 +44,7 @@ from seal_verl.verl_glue.advantage import (
     WeightPlan,
     profile_from_extras,
     record_from_extras,
+    cue_metrics,
     weight_metrics,
     weight_plan,
 )
@@ -189,6 +190,7 @@ class SealTrainerMixin:
         weights = self.seal.weights(profiles, step0)
         real = torch.tensor([r is not None for r in rows], dtype=torch.bool)
         metrics.update(weight_metrics(weights[real] if bool(real.any()) else weights))
+        metrics.update(cue_metrics(rows))
         metrics["seal/weight/warmup"] = 1.0 if self.seal.in_warmup(step0) else 0.0
 
         if self.seal.run_folder is not None:
