@@ -23,10 +23,10 @@ import json
 import logging
 import math
 import os
-import tempfile
 import uuid
 from typing import Any, Iterable, Optional
 
+from seal_verl.atomic import atomic_write_text
 from seal_verl.verl_glue.config import SealConfig
 from seal_verl.verl_glue import state_actor
 
@@ -42,22 +42,7 @@ class SealResumeError(RuntimeError):
 
 
 def _atomic_write_json(path: str, obj: Any) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    text = json.dumps(obj, indent=1, sort_keys=True)
-    fd, tmp = tempfile.mkstemp(prefix=".seal_state.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=True), prefix=".seal_state.")
 
 
 def resume_folder(trainer_cfg: Any, global_steps: int) -> Optional[str]:
@@ -167,20 +152,8 @@ class RunFolder:
         return path
 
     def _write_lines(self, path: str, rows: Iterable[dict]) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=".seal_run.", suffix=".tmp", dir=self.path)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                for row in rows:
-                    fh.write(json.dumps(_json_safe(row), allow_nan=False) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        text = "".join(json.dumps(_json_safe(row), allow_nan=False) + "\n" for row in rows)
+        atomic_write_text(path, text, prefix=".seal_run.")
 
     def write_traces(self, k: int, rows: list[dict]) -> str:
         path = self.file(traces_file_name(k))
