@@ -231,18 +231,25 @@ def _call_record(raw: str, name: Any, args: tuple, kwargs: dict) -> CallRecord:
 # Python call syntax
 
 
-def _resolve_call(node: ast.AST, raw: str) -> CallRecord:
-    if not isinstance(node, ast.Call):
-        return CallRecord(raw=raw, parse_status=PARSE_BAD_STRUCTURE, parse_error="list element is not a call")
+def _called_name(node: ast.Call) -> str | None:
+    """The (possibly dotted) name a call node calls, or None when it calls anything but a name chain."""
     parts = []
     func = node.func
     while isinstance(func, ast.Attribute):
         parts.append(func.attr)
         func = func.value
     if not isinstance(func, ast.Name):
-        return CallRecord(raw=raw, parse_status=PARSE_BAD_NAME, parse_error="called object is not a name")
+        return None
     parts.append(func.id)
-    name = ".".join(reversed(parts))
+    return ".".join(reversed(parts))
+
+
+def _resolve_call(node: ast.AST, raw: str) -> CallRecord:
+    if not isinstance(node, ast.Call):
+        return CallRecord(raw=raw, parse_status=PARSE_BAD_STRUCTURE, parse_error="list element is not a call")
+    name = _called_name(node)
+    if name is None:
+        return CallRecord(raw=raw, parse_status=PARSE_BAD_NAME, parse_error="called object is not a name")
     try:
         args = tuple(literal_value(a) for a in node.args)
         kwargs = {}
@@ -324,15 +331,9 @@ def _split_call(text: str, bare_names: bool) -> tuple[str, tuple, dict]:
     node = tree.body
     if not isinstance(node, ast.Call):
         raise ValueError("not a call")
-    parts = []
-    func = node.func
-    while isinstance(func, ast.Attribute):
-        parts.append(func.attr)
-        func = func.value
-    if not isinstance(func, ast.Name):
+    name = _called_name(node)
+    if name is None:
         raise ValueError("called object is not a name")
-    parts.append(func.id)
-    name = ".".join(reversed(parts))
     try:
         args = tuple(literal_value(a, bare_names) for a in node.args)
         kwargs = {}
