@@ -51,7 +51,7 @@ def test_model_loads_with_expected_shape(model_dir, tok):
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir)
     cfg = model.config
     assert type(model).__name__ == "Qwen2ForCausalLM"
-    assert (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.num_hidden_layers) == (128, 2, 1, 2)
+    assert (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.num_hidden_layers) == (128, 2, 2, 2)
     assert cfg.hidden_size // cfg.num_attention_heads == 64  # vLLM-CPU attention needs head_dim >= 32
     assert getattr(cfg, "head_dim", 64) == 64
     assert cfg.vocab_size >= len(tok) and cfg.vocab_size <= 4096

@@ -9,6 +9,11 @@ by the plan's weights (``seal_verl.weighting.apply_weights``).
 
 Outside an active plan the estimator raises ``SealWiringError``: selecting ``seal_grpo`` without the part
 that supplies labels is an error at the first advantage computation, never a silent weight of 1.
+
+A rollout whose verification raised (a ``checker_error`` turn: the verifier failed, not the agent) is excluded
+from the update: it leaves its group's GRPO statistics (the group is normalised over the other members), its
+advantage is 0, and the trainer glue sets its response mask to 0 so that it adds nothing to the loss, the KL
+term or the token-mean denominator (``excluded_rows``).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ LABELS_FIELD = "seal_labels"
 ABSTENTION_FIELD = "seal_abstention"
 CATEGORY_FIELD = "seal_category"
 SCORE_FIELD = "score"
+CHECKER_ERROR_FIELD = "seal_checker_error"
 #: Every reward extra the trainer side reads.
 REQUIRED_FIELDS: tuple[str, ...] = PROFILE_FIELDS + (LABELS_FIELD, ABSTENTION_FIELD, CATEGORY_FIELD, SCORE_FIELD)
 
@@ -118,6 +124,26 @@ def record_from_extras(extras: dict, row: int = 0):
         raise SealWiringError(f"reward extras of row {row} do not form a valid trajectory record: {e}") from e
 
 
+def excluded_rows(rows: list) -> list[bool]:
+    """Per row: True when the rollout's verification raised (``seal_checker_error`` set, or a ``checker_error``
+    label): the verifier failed, so the rollout must not enter the update as a failure. ``None`` rows (padding)
+    are not excluded here (they carry no evidence and the trainer already treats them apart)."""
+    out = []
+    for i, r in enumerate(rows):
+        if r is None:
+            out.append(False)
+            continue
+        flag = r.get(CHECKER_ERROR_FIELD)
+        if flag is not None:
+            try:
+                out.append(float(_scalar(flag)) > 0)
+                continue
+            except (TypeError, ValueError):
+                raise SealWiringError(f"reward extra {CHECKER_ERROR_FIELD!r} of row {i} is not a number: {flag!r}")
+        out.append(tx.CHECKER_ERROR in _json_list(r.get(LABELS_FIELD, "[]"), LABELS_FIELD, i))
+    return out
+
+
 def rows_from_non_tensor_batch(non_tensor_batch: dict, n: int) -> list[dict]:
     """Per-row dicts of the SEAL extras from a DataProto's ``non_tensor_batch`` (legacy trainer)."""
     check_extras_present(non_tensor_batch.keys(), "the batch (DataProto.non_tensor_batch)")
@@ -134,12 +160,22 @@ def rows_from_non_tensor_batch(non_tensor_batch: dict, n: int) -> list[dict]:
 
 @dataclass
 class WeightPlan:
-    """Per-row weights for the next advantage computation, aligned with the batch rows by uid order."""
+    """Per-row weights for the next advantage computation, aligned with the batch rows by uid order.
+
+    Attributes:
+        uids, weights, apply_to: the GRPO group of each row, its weight w_j, and which advantages w scales.
+        exclude: per row, True to keep it out of its group's statistics and the update (checker errors).
+        used: how many times the estimator consumed the plan.
+        grpo: after the estimator ran, the per-row GRPO advantage before weighting (one value per rollout:
+            an outcome advantage is the same on every response token), for the run folder's checks.
+    """
 
     uids: np.ndarray
     weights: Any  # torch.Tensor [bs]
     apply_to: str = "all"
+    exclude: Optional[Any] = None
     used: int = 0
+    grpo: Optional[list] = None
 
     def check_alignment(self, index: Any) -> None:
         index = np.asarray(index, dtype=object)
@@ -205,16 +241,45 @@ def seal_grpo_advantage(
         raise SealWiringError("seal_grpo needs the uid index of the batch (non_tensor_batch['uid'])")
     plan.check_alignment(index)
     norm = bool(_cfg_get(config, "norm_adv_by_std_in_grpo", True))
+    exclude = None if plan.exclude is None else np.asarray(plan.exclude, dtype=bool)
+    group_index = np.asarray(index, dtype=object)
+    if exclude is not None and exclude.any():
+        # an excluded row forms a group of its own, so it neither shifts nor scales its real group
+        group_index = np.array([f"__seal_excluded_row_{i}__" if ex else u for i, (u, ex) in enumerate(zip(group_index, exclude))],
+                               dtype=object)
     advantages, _ = compute_grpo_outcome_advantage(
         token_level_rewards=token_level_rewards,
         response_mask=response_mask,
-        index=index,
+        index=group_index,
         epsilon=epsilon,
         norm_adv_by_std_in_grpo=norm,
     )
+    if exclude is not None and exclude.any():
+        import torch
+
+        advantages = advantages.masked_fill(torch.as_tensor(exclude, device=advantages.device).unsqueeze(-1), 0.0)
+    plan.grpo = per_row_advantage(advantages, response_mask)
     weighted = apply_weights(advantages, response_mask, plan.weights, plan.apply_to)
     plan.used += 1
     return weighted, weighted
+
+
+def per_row_advantage(advantages, response_mask) -> list[float]:
+    """One advantage per row: the mean over its response tokens (mask 1; 0.0 for a row without any)."""
+    out = []
+    for a, m in zip(advantages, response_mask):
+        sel = a[m.bool()]
+        out.append(float(sel.float().mean()) if sel.numel() else 0.0)
+    return out
+
+
+def token_range(advantages, response_mask) -> list[Optional[tuple[float, float]]]:
+    """Per row: (min, max) of the advantage over its response tokens, None for a row without any."""
+    out = []
+    for a, m in zip(advantages, response_mask):
+        sel = a[m.bool()]
+        out.append((float(sel.min()), float(sel.max())) if sel.numel() else None)
+    return out
 
 
 seal_grpo_advantage.__seal_estimator__ = True  # type: ignore[attr-defined]

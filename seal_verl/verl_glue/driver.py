@@ -13,8 +13,8 @@ on resume. No verl import here: the trainer glue passes in what it needs.
 With ``seal.run_dir`` set it keeps a run folder (:class:`RunFolder`), the layout ``seal-verl dry-run`` writes, so
 one reader serves a dry run and a real training run: ``state_step_{k}.json`` (written here, in ``end_step``),
 ``traces_step_{k}.jsonl`` and ``metrics.jsonl`` (rows built by :func:`trace_row` / :func:`step_row`, written by
-the trainer glue, which has the batch), ``val_traces.jsonl`` and ``config.json``. ``k`` is the 0-based training
-step: verl's ``global_steps - 1``.
+the trainer glue, which has the batch), ``val_traces.jsonl`` and ``config.json``. ``k`` is the training step as
+verl counts it (``global_steps``, from 1), the number the console and the checkpoints (``global_step_k``) show.
 """
 
 from __future__ import annotations
@@ -124,7 +124,8 @@ class RunFolder:
 
     - ``config.json``: what ran (the trainer glue writes it at start-up; a resumed run rewrites it with
       ``resumed_from_step``);
-    - ``state_step_{k}.json``: ``ClosedLoopState.to_dict()`` after training step ``k`` (0-based);
+    - ``state_step_{k}.json``: ``ClosedLoopState.to_dict()`` after training step ``k`` (verl's global step,
+      from 1; the state's ``step`` is ``k``: the number of closed-loop steps applied);
     - ``traces_step_{k}.jsonl``: one row per rollout of step ``k`` (:func:`trace_row`);
     - ``metrics.jsonl``: one row per step (:func:`step_row`), appended, so a run resumed into the same folder
       continues the file;
@@ -177,7 +178,8 @@ class RunFolder:
 
 def trace_row(*, step: int, global_step: int, key: str, uid: Any, reward_extras: dict, extra_fields: dict,
               w: float, advantage: Optional[float], hint_in_text: Optional[bool],
-              tokens: Optional[dict] = None) -> dict:
+              tokens: Optional[dict] = None, grpo_advantage: Optional[float] = None,
+              advantage_range: Optional[tuple] = None, excluded: bool = False) -> dict:
     """One rollout of a training step, as ``traces_step_{k}.jsonl`` holds it (the dry run's keys, ``plan`` None,
     plus ``global_step``, ``key``, ``category``, ``acc``, ``cue_count``, ``tokens``).
 
@@ -187,6 +189,10 @@ def trace_row(*, step: int, global_step: int, key: str, uid: Any, reward_extras:
         w: the SEAL weight the advantage was multiplied by (1 without reweighting).
         advantage: mean advantage over the rollout's response tokens (mask 1).
         hint_in_text: whether the cue marker occurs in the rollout's decoded tokens (prompt or response).
+        grpo_advantage: verl's GRPO advantage of the rollout before the SEAL weight (group-normalised reward).
+        advantage_range: (min, max) of the advantage the update used over the rollout's response tokens
+            (``None`` when no token has mask 1, e.g. an excluded rollout).
+        excluded: the rollout was kept out of the update (its verification raised: a checker error).
     """
     trace = _json_value(extra_fields.get("seal_trace"))
     meta = trace.get("meta", {}) if isinstance(trace, dict) else {}
@@ -206,6 +212,9 @@ def trace_row(*, step: int, global_step: int, key: str, uid: Any, reward_extras:
         "acc": _float(reward_extras.get("acc")),
         "w": float(w),
         "advantage": advantage,
+        "grpo_advantage": grpo_advantage,
+        "advantage_range": None if advantage_range is None else [float(advantage_range[0]), float(advantage_range[1])],
+        "excluded": bool(excluded),
         "cue_tokens": int(_float(extra_fields.get("seal_cue_tokens"), 0.0)),
         "cue_count": int(_float(extra_fields.get("seal_cue_count"), 0.0)),
         "hint_in_text": hint_in_text,
@@ -259,6 +268,7 @@ def step_row(*, step: int, global_step: int, state_before: Any, state_after: Any
         "prevalence": hist.get("prevalence"),
         "prevalence_ema": hist.get("prevalence_ema"),
         "rho": hist.get("rho", dict(state_after.rho)),
+        "rho_used": dict(state_before.rho),
         "success_rate": hist.get("success_rate"),
         "w_mean": statistics.fmean(ws) if ws else None,
         "w_std": statistics.pstdev(ws) if ws else None,
@@ -339,7 +349,7 @@ class SealDriver:
         if self.cfg.state_dir:
             _atomic_write_json(os.path.join(self.cfg.state_dir, f"step_{self.global_step}.json"), self.envelope())
         if self.run_folder is not None:
-            self.run_folder.write_state(self.global_step - 1, self.state)
+            self.run_folder.write_state(self.global_step, self.state)
         self.publish()
         return out
 

@@ -38,6 +38,8 @@ from seal_verl.verl_glue.advantage import (
     SealWiringError,
     WeightPlan,
     active_plan,
+    excluded_rows,
+    per_row_advantage,
     profile_from_extras,
     record_from_extras,
     rows_from_non_tensor_batch,
@@ -100,7 +102,8 @@ def _tokenizer(root: Any):
     return _TOKENIZERS[path]
 
 
-def _write_run_folder_step(driver: SealDriver, root: Any, data: Any, rows: list[dict], weights, step0: int) -> None:
+def _write_run_folder_step(driver: SealDriver, root: Any, data: Any, rows: list[dict], weights, step0: int,
+                           grpo: list, excluded: list) -> None:
     """``traces_step_{k}.jsonl`` of a legacy-trainer step; the metrics row follows in compute_data_metrics."""
     from env_wrappers.observation import HINT_PREFIX
 
@@ -115,7 +118,8 @@ def _write_run_folder_step(driver: SealDriver, root: Any, data: Any, rows: list[
     for i in range(n):
         fields = {k: ntb[k][i] for k in _TRACE_FIELDS if k in ntb}
         m = mask[i].bool() if mask is not None else None
-        a = float(adv[i][m].float().mean()) if (adv is not None and m is not None and bool(m.any())) else 0.0
+        sel = adv[i][m] if (adv is not None and m is not None) else None
+        a = float(sel.float().mean()) if sel is not None and sel.numel() else 0.0
         hint = None
         if tok is not None and "input_ids" in batch.keys() and att is not None:
             ids = batch["input_ids"][i][att[i].bool()].tolist()
@@ -124,11 +128,13 @@ def _write_run_folder_step(driver: SealDriver, root: Any, data: Any, rows: list[
         if att is not None and resp_len:
             tokens = {"prompt": int(att[i][:-resp_len].sum()), "response": int(att[i][-resp_len:].sum()),
                       "llm": int(m.sum()) if m is not None else None}
-        out.append(trace_row(step=step0, global_step=step0 + 1, key=str(i), uid=ntb["uid"][i] if "uid" in ntb else i,
+        out.append(trace_row(step=step0 + 1, global_step=step0 + 1, key=str(i), uid=ntb["uid"][i] if "uid" in ntb else i,
                              reward_extras=dict(rows[i], **({"acc": ntb["acc"][i]} if "acc" in ntb else {})),
                              extra_fields=fields, w=float(weights[i]), advantage=a,
-                             hint_in_text=hint, tokens=tokens))
-    driver.run_folder.write_traces(step0, out)
+                             hint_in_text=hint, tokens=tokens, grpo_advantage=grpo[i],
+                             advantage_range=(float(sel.min()), float(sel.max())) if sel is not None and sel.numel() else None,
+                             excluded=excluded[i]))
+    driver.run_folder.write_traces(step0 + 1, out)
     _PENDING_ROW.clear()
     _PENDING_ROW.update(driver=driver, step=step0, rows=out)
 
@@ -174,7 +180,10 @@ def _seal_compute_advantage(original, data, adv_estimator, gamma, lam, num_repea
     metrics = weight_metrics(weights)
     metrics.update(cue_metrics(rows))
     metrics["seal/weight/warmup"] = 1.0 if driver.in_warmup(step0) else 0.0
+    excluded = excluded_rows(rows)
+    metrics["seal/excluded/checker_error"] = float(sum(excluded))
 
+    grpo = None
     if name == SEAL_GRPO:
         if "uid" not in data.non_tensor_batch:
             raise SealWiringError("seal_grpo needs non_tensor_batch['uid'] (the GRPO group index)")
@@ -182,18 +191,29 @@ def _seal_compute_advantage(original, data, adv_estimator, gamma, lam, num_repea
             uids=np.asarray(data.non_tensor_batch["uid"], dtype=object),
             weights=weights,
             apply_to=driver.cfg.weighting.apply_to,
+            exclude=excluded,
         )
         with weight_plan(plan):
             out = original(data, **kwargs)
         if plan.used == 0:
             raise SealWiringError("verl computed the advantages without calling the seal_grpo estimator")
+        grpo = plan.grpo
     else:
         out = original(data, **kwargs)
+    if any(excluded):  # a rollout whose verification raised adds nothing to the update
+        import torch
+
+        rows_ex = torch.as_tensor(excluded, dtype=torch.bool)
+        for key in ("response_mask", "advantages", "returns"):
+            if key in out.batch.keys():
+                out.batch[key][rows_ex] = 0
+    if grpo is None and "advantages" in out.batch.keys() and "response_mask" in out.batch.keys():
+        grpo = per_row_advantage(out.batch["advantages"], out.batch["response_mask"])
 
     driver.add_records(records)
     metrics.update(driver.end_step(step0 + 1))
     if driver.run_folder is not None:
-        _write_run_folder_step(driver, root, out, rows, weights, step0)
+        _write_run_folder_step(driver, root, out, rows, weights, step0, grpo or [None] * n, excluded)
     out.meta_info.setdefault(METRICS_KEY, {}).update(metrics)
     return out
 
@@ -209,7 +229,7 @@ def _seal_compute_data_metrics(original, *args, **kwargs):
         if pending:
             drv = pending["driver"]
             drv.run_folder.append_metrics(step_row(
-                step=pending["step"], global_step=pending["step"] + 1, state_before=drv.state_before,
+                step=pending["step"] + 1, global_step=pending["step"] + 1, state_before=drv.state_before,
                 state_after=drv.state, rows=pending["rows"], seconds=None, metrics=result))
     return result
 

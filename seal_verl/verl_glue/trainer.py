@@ -37,11 +37,13 @@ import torch
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
+from seal_verl.verl_glue import compat as seal_compat
 from seal_verl.verl_glue import state_actor
 from seal_verl.verl_glue.advantage import (
     REQUIRED_FIELDS,
     SealWiringError,
     WeightPlan,
+    excluded_rows,
     profile_from_extras,
     record_from_extras,
     cue_metrics,
@@ -186,28 +188,34 @@ class SealTrainerMixin:
                 continue
             profiles.append(profile_from_extras(info, i))
             records.append(record_from_extras(info, i))
+        excluded = excluded_rows(rows)
         step0 = int(self.global_steps) - 1  # verl counts training steps from 1
         weights = self.seal.weights(profiles, step0)
         real = torch.tensor([r is not None for r in rows], dtype=torch.bool)
         metrics.update(weight_metrics(weights[real] if bool(real.any()) else weights))
         metrics.update(cue_metrics(rows))
         metrics["seal/weight/warmup"] = 1.0 if self.seal.in_warmup(step0) else 0.0
+        metrics["seal/excluded/checker_error"] = float(sum(excluded))
+
+        grpo = None
+        if self.seal_adv_estimator == SEAL_GRPO:
+            self._seal_check_single_output_sessions(batch)
+            plan = WeightPlan(uids=uids, weights=weights, apply_to=self.seal.cfg.weighting.apply_to, exclude=excluded)
+            with weight_plan(plan):
+                batch = super()._compute_advantage(batch, metrics=metrics)
+            if plan.used == 0:
+                raise SealWiringError("verl computed the advantages without calling the seal_grpo estimator")
+            grpo = plan.grpo
+        else:
+            batch = super()._compute_advantage(batch, metrics=metrics)
+        if any(excluded):
+            seal_compat.exclude_rows_from_update(batch, excluded)
 
         if self.seal.run_folder is not None:
             pending = self.__dict__.setdefault("_seal_step_rows", {})
             for i, (key, info) in enumerate(zip(batch.keys, rows, strict=True)):
                 if info is not None:
-                    pending[key] = (uids[i], float(weights[i]), info)
-
-        if self.seal_adv_estimator == SEAL_GRPO:
-            self._seal_check_single_output_sessions(batch)
-            plan = WeightPlan(uids=uids, weights=weights, apply_to=self.seal.cfg.weighting.apply_to)
-            with weight_plan(plan):
-                batch = super()._compute_advantage(batch, metrics=metrics)
-            if plan.used == 0:
-                raise SealWiringError("verl computed the advantages without calling the seal_grpo estimator")
-        else:
-            batch = super()._compute_advantage(batch, metrics=metrics)
+                    pending[key] = (uids[i], float(weights[i]), info, None if grpo is None else grpo[i], excluded[i])
         self.seal.add_records(records)
         return batch
 
@@ -242,20 +250,25 @@ class SealTrainerMixin:
         responses = _unpadded_rows(data["responses"])
         masks = _unpadded_rows(data["response_mask"])
         advantages = _unpadded_rows(data["advantages"])
-        k = int(global_steps) - 1
+        k = int(global_steps)
         rows = []
         for i, key in enumerate(batch.keys):
             if key not in pending:  # padding row (no evidence, not part of C_t)
                 continue
-            uid, w, info = pending[key]
+            uid, w, info, grpo, excluded = pending[key]
             mask = masks[i].bool()
             adv = advantages[i]
             n = min(int(mask.shape[0]), int(adv.shape[0]))
             sel = adv[:n][mask[:n]]
+            used = float(sel.float().mean()) if sel.numel() else 0.0
             rows.append(trace_row(
                 step=k, global_step=int(global_steps), key=key, uid=uid, reward_extras=info,
                 extra_fields=extra_fields[i] if isinstance(extra_fields[i], dict) else {}, w=w,
-                advantage=float(sel.float().mean()) if sel.numel() else 0.0,
+                advantage=used,
+                # without seal_grpo the advantage is verl's own GRPO advantage, unweighted
+                grpo_advantage=used if grpo is None else grpo,
+                advantage_range=(float(sel.min()), float(sel.max())) if sel.numel() else None,
+                excluded=bool(excluded),
                 hint_in_text=self._seal_decode_has_marker(prompts[i], responses[i]),
                 tokens={"prompt": int(prompts[i].shape[0]), "response": int(responses[i].shape[0]),
                         "llm": int(mask.sum())},
