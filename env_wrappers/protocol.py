@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol, runtime_checkable
+from typing import Any, Iterator, Optional, Protocol, runtime_checkable
 
 from env_wrappers.observation import HINT_PREFIX
 from seal_verl.diagnosis import TurnCheck
 from seal_verl.trace import Attempt, Trace
 
 __all__ = ["ToolResult", "StepResult", "Episode", "Environment", "Verification", "TurnCheck",
-           "CUE_MARKER", "tool_docs_lines"]
+           "CUE_MARKER", "CLOSING_TEXT", "ABSTAIN_TEXT", "tool_docs_lines"]
 
 
 @dataclass
@@ -109,6 +109,11 @@ class Verification:
     error_type: str = ""
 
 
+#: A scripted assistant's text answer (it ends a turn: no call in it).
+CLOSING_TEXT = "Done."
+#: A scripted assistant's answer on a turn where it must ask instead of calling.
+ABSTAIN_TEXT = "I cannot do that yet: a required detail or function is missing. Could you provide it?"
+
 #: The marker every cue block starts with (so the trainer can count cue text in rollouts).
 CUE_MARKER = HINT_PREFIX.strip()
 
@@ -129,6 +134,8 @@ class Environment:
     name: str = ""
     call_formats: tuple[str, ...] = ("json",)
     max_steps_per_turn: int = 20
+    #: Task categories in display order (empty: in order of first appearance).
+    categories: tuple[str, ...] = ()
 
     # ---------------------------------------------------------------------------------------- tasks
     def load_task(self, task_id: str) -> Any:
@@ -183,7 +190,69 @@ class Environment:
         """Ground-truth user turns of ``task`` (None: unknown, not checked)."""
         return None
 
-    def verify(self, task: Any, trace: Trace, *, strict_abstention: bool = True) -> Verification:
+    def verify(self, task: Any, trace: Trace, *, strict_abstention: bool = True,
+               call_timeout_s: Optional[float] = 10.0) -> Verification:
         """*Required.* Verify a finished trace: the official verdict, the reward verdict and per-turn checks.
-        Must not execute model text as code, and must not reuse state another check already mutated."""
+        Must not execute model text as code, and must not reuse state another check already mutated.
+        ``call_timeout_s``: per-call time limit where the environment has one (None: trusted, inline)."""
         raise NotImplementedError
+
+    # ---------------------------------------------------------------------------------------- data
+    def dataset_rows(self, task_ids: list[str], split: str, call_format: str) -> list[dict]:
+        """Parquet rows for verl's ``RLHFDataset`` (``agent_name`` is left for the caller to set). The row's
+        ``extra_info`` names the environment and the task; the prompt is the first user turn."""
+        rows = []
+        for i, task_id in enumerate(task_ids):
+            task = self.load_task(task_id)
+            first = self.start(task, call_format=call_format).reset()
+            rows.append({
+                "data_source": self.category(task),
+                "agent_name": "",
+                "prompt": [{"role": str(m["role"]), "content": str(m["content"])} for m in first],
+                "ability": "tool_use",
+                "reward_model": {"style": "rule", "ground_truth": ""},
+                "extra_info": {"index": i, "task_id": task_id, "env": self.name, "split": split,
+                               "call_format": call_format},
+            })
+        return rows
+
+    # ---------------------------------------------------------------------------------------- scripting
+    # Used only by the dry run and tests, where a scripted assistant stands in for the model.
+    def reference_turns(self, task: Any, call_format: str) -> list[list[str]]:
+        """*Required for the dry run.* Per user turn, assistant messages that solve it; the last of each
+        turn is a text answer (:data:`CLOSING_TEXT`, or :data:`ABSTAIN_TEXT` where the agent must ask)."""
+        raise NotImplementedError
+
+    def failure_turns(self, task: Any, target: str, call_format: str, seed: int) -> Iterator[tuple]:
+        """Proposals ``(kind, turn, turn_messages)`` meant to show the label ``target`` on one turn, most
+        natural first. The dry run keeps a proposal only if the verifier and Psi give exactly that label.
+        Default: a text answer instead of the calls (``missing_tool_call``) and a reference call on a turn
+        where the agent should ask (``spurious_tool_call``)."""
+        reference = self.reference_turns(task, call_format)
+        for k, msgs in enumerate(reference):
+            if target == "missing_tool_call" and len(msgs) > 1:
+                yield "text_only", k, [CLOSING_TEXT]
+            if target == "spurious_tool_call" and msgs == [ABSTAIN_TEXT]:
+                for other in reference:
+                    if len(other) > 1:
+                        yield "call_on_abstention", k, [other[0], CLOSING_TEXT]
+
+    def user_turn_texts(self, task: Any) -> list[str]:
+        """A text of each user turn that appears in the rendered prompt (a scripted assistant finds where it
+        is by looking for them). Default: the first user message of each turn, played with the reference."""
+        episode = self.start(task, call_format=self.call_formats[0], call_timeout_s=None)
+        reference = self.reference_turns(task, self.call_formats[0])
+        texts = [_first_text(episode.reset())]
+        while not episode.done:
+            k = episode.turn
+            for text in list(reference[k] if k < len(reference) else []) + [CLOSING_TEXT]:
+                result = episode.step(text)
+                if result.turn_done:
+                    if result.next_user:
+                        texts.append(_first_text(result.next_user))
+                    break
+        return texts
+
+
+def _first_text(messages: list[dict]) -> str:
+    return next((str(m.get("content") or "") for m in messages if m.get("content")), "")

@@ -2,18 +2,21 @@
 
 What runs, per training step ``t``:
 
-1. a batch of BFCL training tasks (the SEAL split's train half) becomes parquet rows and goes through verl's
-   real ``RLHFDataset`` and ``collate_fn`` into a ``DataProto``, repeated ``rollouts`` times (GRPO groups);
-2. verl's real ``AgentLoopWorker`` (in-process) runs the ``seal_bfcl`` agent loop on every row: the real
-   :class:`~env_wrappers.bfcl.env.BFCLEnv` under the real
+1. a batch of training tasks of the environment (``DryRunConfig.env``, any registered one; BFCL by default:
+   the SEAL split's train half) becomes parquet rows and goes through verl's real ``RLHFDataset`` and
+   ``collate_fn`` into a ``DataProto``, repeated ``rollouts`` times (GRPO groups);
+2. verl's real ``AgentLoopWorker`` (in-process) runs the training agent loop on every row (``seal_bfcl``;
+   ``seal_env`` for other environments): a real episode of the environment under the real
    :class:`~env_wrappers.observation.SealObservationWrapper` with Omega_t, prompts rendered by verl's
    Continuous Token builder with the tiny local model's chat template;
 3. the LLM is a :class:`ScriptedLLM`: it answers verl's ``generate(request_id, prompt_ids=...,
    sampling_params=...)`` with token ids of scripted text (ground-truth calls with injected failures of every
-   label), encoded by the tiny model's tokenizer. The failure mix shifts over steps: early steps carry many
+   label, proposed by the environment's ``failure_turns`` and kept only when the real verifier and Psi
+   agree), encoded by the tiny model's tokenizer. The failure mix shifts over steps: early steps carry many
    invalid calls and argument errors, later steps mostly pass;
 4. verl's real reward loop (``RewardLoopWorker`` + ``NaiveRewardManager``, in-process) calls the project's
-   reward function ``reward_fns/bfcl_reward.py:compute_score`` with the trace from ``extra_fields``;
+   reward function (``reward_fns/bfcl_reward.py``, or ``reward_fns/seal_reward.py`` for other environments)
+   with the trace from ``extra_fields``;
 5. the trainer's advantage path: the SEAL weights of the glue's :class:`~seal_verl.verl_glue.driver.SealDriver`
    from the reward extras, activated as a ``WeightPlan`` around verl's own ``compute_advantage`` with the
    ``seal_grpo`` estimator (GRPO group normalisation, then ``w_j``);
@@ -21,15 +24,15 @@ What runs, per training step ``t``:
    to ``state_step_{t}.json``, and handed to the rollout side for step ``t+1``
    (:func:`seal_verl.verl_glue.agent_loop.set_state_source`, the in-process stand-in for the state actor).
 
-At the end a small validation pass runs the ``bfcl`` (evaluation) loop on held-out tasks: no cue, ever.
+At the end a small validation pass runs the evaluation loop on held-out tasks: no cue, ever.
 
 Run folder: ``state_step_{k}.json`` (ClosedLoopState after step k), ``traces_step_{k}.jsonl`` (per rollout:
 trace, labels, reward, w, cue tokens, the scripted plan), ``metrics.jsonl`` (one row per step),
 ``val_traces.jsonl``, ``config.json``; the tiny model under ``model/`` unless ``--model`` points elsewhere.
 
-The scripted LLM finds the task of a request from the request id (the BFCL loops use
-``"<task_id>/<uuid>"``) and the current user turn by locating the task's user-turn texts in the decoded
-prompt, so it stays in step with the environment also when a budget ends a turn early.
+The scripted LLM finds the task of a request from the request id (the agent loops use
+``"<task_id>/<uuid>"``) and the current user turn by locating the task's user-turn texts (the environment's
+``user_turn_texts``) in the decoded prompt, so it stays in step with the environment also when a budget ends a turn early.
 """
 
 from __future__ import annotations
@@ -43,13 +46,27 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from env_wrappers.protocol import ABSTAIN_TEXT, CLOSING_TEXT  # noqa: F401 - the scripted texts, re-exported
+
 TRAIN_LOOP = "seal_bfcl"
 EVAL_LOOP = "bfcl"
+#: The loops of any other environment (rows name their environment in ``extra_info.env``).
+GENERIC_TRAIN_LOOP = "seal_env"
+GENERIC_EVAL_LOOP = "env"
+#: The environment the dry run and its helpers use unless told otherwise.
+DEFAULT_ENV = "bfcl"
 
-#: The text a scripted turn ends with (a plain-text answer ends a BFCL turn).
-CLOSING_TEXT = "Done."
-#: The answer on an abstention turn (asks instead of calling).
-ABSTAIN_TEXT = "I cannot do that yet: a required detail or function is missing. Could you provide it?"
+
+def environment(name: Optional[str] = None):
+    """The registered environment ``name`` (default :data:`DEFAULT_ENV`)."""
+    from env_wrappers.registry import get_environment
+
+    return get_environment(name or DEFAULT_ENV)
+
+
+def loop_names(env: Optional[str] = None) -> tuple[str, str]:
+    """(training loop, evaluation loop) for an environment: BFCL keeps its own names."""
+    return (TRAIN_LOOP, EVAL_LOOP) if (env or DEFAULT_ENV) == "bfcl" else (GENERIC_TRAIN_LOOP, GENERIC_EVAL_LOOP)
 #: Failure targets a scripted rollout can be built to show, in the order used for tie-breaking.
 TARGETS = (
     "pass",
@@ -81,7 +98,7 @@ class Plan:
     """What a scripted rollout says: per user turn, the assistant messages in order (the last is text).
 
     ``labels`` are the turn labels the real verifier + Psi give this plan when replayed offline through a
-    fresh :class:`BFCLEnv`; the agent loop must reproduce them.
+    fresh episode of the environment; the agent loop must reproduce them.
     """
 
     task_id: str
@@ -97,126 +114,9 @@ class Plan:
         return asdict(self)
 
 
-def _turn_messages(task, calls: list[str], fmt: str, abstention: bool) -> list[str]:
-    from env_wrappers.bfcl.perturb import render_step
-
-    if not calls:
-        return [ABSTAIN_TEXT if abstention else CLOSING_TEXT]
-    return [render_step(task, calls, fmt), CLOSING_TEXT]
-
-
-def _gt_messages(task, fmt: str) -> list[list[str]]:
-    return [_turn_messages(task, list(gt), fmt, not gt) for gt in task.ground_truth]
-
-
-def _bad_syntax(task, calls: list[str], fmt: str) -> str:
-    from env_wrappers.bfcl.perturb import render_step
-
-    good = render_step(task, calls[:1], fmt)
-    if fmt == "json":
-        return good.replace("}\n</tool_call>", "\n</tool_call>", 1)  # drop a closing brace: invalid JSON
-    return good.rstrip("]").rstrip(")") + ", "  # unclosed call list
-
-
-def _mutate(call: str, rng: random.Random) -> Optional[str]:
-    from env_wrappers.bfcl.calls import canonical_call, split_call
-
-    name, args, kwargs = split_call(call)
-    if kwargs:
-        key = rng.choice(sorted(kwargs))
-        v = kwargs[key]
-        kwargs = dict(kwargs)
-        kwargs[key] = (v + "_zz") if isinstance(v, str) else (v + 7 if isinstance(v, int) and not isinstance(v, bool) else "zz_missing")
-        return canonical_call(name, args, kwargs)
-    if args:
-        args = list(args)
-        args[0] = "zz_missing" if not isinstance(args[0], str) else args[0] + "_zz"
-        return canonical_call(name, tuple(args), kwargs)
-    return None
-
-
-def _candidates(task, target: str, fmt: str, seed: int):
-    """Candidate (kind, turn, turn_messages) for ``target``, most natural first; deterministic in ``seed``."""
-    from env_wrappers.bfcl.calls import canonical_call, split_call
-    from env_wrappers.bfcl.perturb import perturb, render_step
-
-    rng = random.Random(f"{task.id}:{target}:{seed}")
-    gt = task.ground_truth
-    act = [k for k, g in enumerate(gt) if g]
-    abst = [k for k, g in enumerate(gt) if not g]
-    pool = [c for g in gt for c in g]
-    rng.shuffle(act)
-
-    def steps_of(traj_turn):
-        return [c for s in traj_turn for c in s]
-
-    if target == "pass":
-        yield "ground_truth", None, None
-        return
-    if target == "spurious_tool_call":
-        for k in abst:
-            # the next turn's calls first (guessing the missing parameter), then any other (a read-only call
-            # leaves the later turns passing)
-            nxt = [c for j in range(k + 1, len(gt)) for c in gt[j]]
-            seen = set()
-            for c in nxt + pool:
-                if c not in seen:
-                    seen.add(c)
-                    yield "call_on_abstention", k, [render_step(task, [c], fmt), CLOSING_TEXT]
-        return
-    for k in act:
-        calls = list(gt[k])
-        if target == "invalid_tool_call":
-            yield "bad_syntax", k, [_bad_syntax(task, calls, fmt)]
-            name, args, kwargs = split_call(calls[0])
-            bad = [canonical_call(name + "_unavailable", args, kwargs)] + calls[1:]
-            yield "unknown_function", k, [render_step(task, bad, fmt), CLOSING_TEXT]
-        elif target == "argument_mismatch":
-            out = perturb(task, "wrong_value", seed=seed * 31 + k)
-            if out and out[1] == k:
-                yield "wrong_value", k, [render_step(task, steps_of(out[0][k]), fmt), CLOSING_TEXT]
-            for i in range(len(calls)):
-                m = _mutate(calls[i], rng)
-                if m:
-                    yield "wrong_value", k, [render_step(task, calls[:i] + [m] + calls[i + 1:], fmt), CLOSING_TEXT]
-            name, args, kwargs = split_call(calls[0])
-            extra = canonical_call(name, args, {**kwargs, "zz_flag": True})
-            yield "unknown_parameter", k, [render_step(task, [extra] + calls[1:], fmt), CLOSING_TEXT]
-        elif target == "state_mismatch":
-            for c in pool:
-                if c not in calls:
-                    yield "extra_call", k, [render_step(task, calls + [c], fmt), CLOSING_TEXT]
-            yield "duplicate_call", k, [render_step(task, calls + calls[-1:], fmt), CLOSING_TEXT]
-        elif target == "recovery_failure":
-            names = {split_call(c)[0] for c in calls}
-            others = [c for c in pool if split_call(c)[0] not in names]
-            for i in range(len(calls)):
-                for c in others[:6]:
-                    e = _mutate(c, rng)
-                    if e:
-                        yield "error_not_recovered", k, [render_step(task, calls[:i] + calls[i + 1:] + [e], fmt),
-                                                         CLOSING_TEXT]
-        elif target == "missing_tool_call":
-            yield "text_only", k, [CLOSING_TEXT]
-            if len(calls) > 1:
-                yield "dropped_call", k, [render_step(task, calls[1:], fmt), CLOSING_TEXT]
-        elif target == "response_mismatch":
-            names = {split_call(c)[0] for c in calls}
-            extras = [c for c in pool if split_call(c)[0] not in names]
-            for i in range(len(calls)):
-                m = _mutate(calls[i], rng)
-                if not m:
-                    continue
-                for c in extras[:4]:
-                    yield "extra_and_wrong_value", k, [render_step(task, calls[:i] + [m] + calls[i + 1:] + [c], fmt),
-                                                       CLOSING_TEXT]
-
-
-def replay_plan(task, messages: list[list[str]], fmt: str):
-    """Play ``messages`` through a fresh BFCLEnv as the agent loop would; returns the trace."""
-    from env_wrappers.bfcl.env import BFCLEnv
-
-    env = BFCLEnv(task, call_format=fmt, call_timeout_s=None)  # scripted, trusted calls: run inline
+def replay_plan(task, messages: list[list[str]], fmt: str, env: Optional[str] = None):
+    """Play ``messages`` through a fresh episode as the agent loop would; returns the trace."""
+    env = environment(env).start(task, call_format=fmt, call_timeout_s=None)  # scripted, trusted calls: inline
     env.reset()
     while not env.done:
         k = env.turn
@@ -228,39 +128,43 @@ def replay_plan(task, messages: list[list[str]], fmt: str):
     return env.trace
 
 
-def _judge(task, messages, fmt) -> Optional[list]:
-    from env_wrappers.bfcl.judge import judge_trace
+def _judge(task, messages, fmt, env: Optional[str] = None) -> Optional[list]:
+    """Psi's labels of a scripted rollout: replayed, verified (official semantics), diagnosed."""
+    from seal_verl.diagnosis import diagnose
 
     try:
-        return judge_trace(task, replay_plan(task, messages, fmt), call_timeout_s=None).labels
+        trace = replay_plan(task, messages, fmt, env)
+        verdict = environment(env).verify(task, trace, strict_abstention=False, call_timeout_s=None)
+        return diagnose(trace, verdict.checks).labels
     except Exception:  # noqa: BLE001 - a candidate the environment cannot replay is just skipped
         return None
 
 
 def find_plan(task, target: str, fmt: str, seed: int = 0, tries_per_turn: int = 8,
-              max_injected: Optional[int] = None) -> Optional[Plan]:
+              max_injected: Optional[int] = None, env: Optional[str] = None) -> Optional[Plan]:
     """A plan whose offline replay carries ``target`` on every injected turn and ``pass`` elsewhere.
 
     Each eligible turn is searched on its own (the verifier judges a turn after a failure from the ground
     truth state, so turns are independent); the turns that work are then injected together (up to
     ``max_injected``), so a failing rollout fails on most of its turns, as a weak policy does.
     """
-    base = _gt_messages(task, fmt)
+    environment_ = environment(env)
+    base = environment_.reference_turns(task, fmt)
     if target == "pass":
-        labels = _judge(task, base, fmt)
+        labels = _judge(task, base, fmt, env)
         if labels is None or any(lab != "pass" for lab in labels):
             return None
         return Plan(task_id=task.id, target=target, kind="ground_truth", turn=None, fmt=fmt, messages=base,
                     labels=labels)
     found: dict[int, tuple[str, list]] = {}
     tries: dict[int, int] = {}
-    for kind, k, turn_msgs in _candidates(task, target, fmt, seed):
+    for kind, k, turn_msgs in environment_.failure_turns(task, target, fmt, seed):
         if k in found or tries.get(k, 0) >= tries_per_turn:
             continue
         tries[k] = tries.get(k, 0) + 1
         messages = [list(m) for m in base]
         messages[k] = turn_msgs
-        labels = _judge(task, messages, fmt)
+        labels = _judge(task, messages, fmt, env)
         if labels is not None and labels[k] == target and all(lab == "pass" for j, lab in enumerate(labels) if j != k):
             found[k] = (kind, turn_msgs)
     if not found:
@@ -270,7 +174,7 @@ def find_plan(task, target: str, fmt: str, seed: int = 0, tries_per_turn: int = 
         messages = [list(m) for m in base]
         for k in ks:
             messages[k] = found[k][1]
-        labels = _judge(task, messages, fmt)
+        labels = _judge(task, messages, fmt, env)
         if labels is not None and all((labels[j] == target) if j in ks else (labels[j] == "pass") for j in range(len(labels))):
             kinds = sorted({found[k][0] for k in ks})
             return Plan(task_id=task.id, target=target, kind="+".join(kinds), turn=ks[0], fmt=fmt,
@@ -282,15 +186,16 @@ def find_plan(task, target: str, fmt: str, seed: int = 0, tries_per_turn: int = 
 class PlanBook:
     """Plans per (task, target), searched once and cached."""
 
-    def __init__(self, fmt: str, seed: int = 0):
+    def __init__(self, fmt: str, seed: int = 0, env: Optional[str] = None):
         self.fmt = fmt
         self.seed = seed
+        self.env = env
         self._plans: dict[tuple[str, str], Optional[Plan]] = {}
 
     def get(self, task, target: str) -> Optional[Plan]:
         key = (task.id, target)
         if key not in self._plans:
-            self._plans[key] = find_plan(task, target, self.fmt, self.seed)
+            self._plans[key] = find_plan(task, target, self.fmt, self.seed, env=self.env)
         return self._plans[key]
 
     def available(self, task) -> dict[str, Plan]:
@@ -337,9 +242,12 @@ class ScriptedLLM:
     (or ``default`` when the queue is empty). ``records`` keeps, per request, the plan and the texts sent.
     """
 
-    def __init__(self, tokenizer, tasks: dict, default=None, eos_token: str = "<|im_end|>"):
+    def __init__(self, tokenizer, tasks: dict, default=None, eos_token: str = "<|im_end|>",
+                 env: Optional[str] = None):
         self.tokenizer = tokenizer
         self.tasks = tasks
+        self.env = env
+        self._turn_texts: dict[str, list[str]] = {}
         self.default = default  # callable task -> Plan
         self.eos_id = tokenizer.convert_tokens_to_ids(eos_token)
         self._queues: dict[str, list[Plan]] = {}
@@ -357,12 +265,11 @@ class ScriptedLLM:
         self.records.clear()
 
     def _turn_of(self, task, prompt_text: str) -> int:
-        from env_wrappers.bfcl.env import REVEAL_MESSAGE
-
+        texts = self._turn_texts.get(task.id)
+        if texts is None:
+            texts = self._turn_texts[task.id] = environment(self.env).user_turn_texts(task)
         pos, turn = 0, -1
-        for k, msgs in enumerate(task.questions):
-            texts = [m.get("content") or "" for m in msgs] or [REVEAL_MESSAGE]
-            text = next((t for t in texts if t), REVEAL_MESSAGE)
+        for k, text in enumerate(texts):
             found = prompt_text.find(text, pos)
             if found < 0:
                 break
@@ -438,18 +345,23 @@ def tiny_model(path: str) -> str:
     return make_tiny_qwen(path)
 
 
-def reward_fn_path() -> str:
+def reward_fn_path(env: Optional[str] = None) -> str:
+    """The reward function file: ``bfcl_reward.py`` for BFCL (its recipes' file), else the generic one."""
     import reward_fns
 
-    return os.path.join(os.path.dirname(os.path.abspath(reward_fns.__file__)), "bfcl_reward.py")
+    name = "bfcl_reward.py" if (env or DEFAULT_ENV) == "bfcl" else "seal_reward.py"
+    return os.path.join(os.path.dirname(os.path.abspath(reward_fns.__file__)), name)
 
 
-def write_agent_loop_yaml(path: str, call_format: str = "json", **loop_kwargs: Any) -> str:
-    """The agent-loop YAML listing both BFCL loops with the given init kwargs (same for both)."""
+def write_agent_loop_yaml(path: str, call_format: str = "json", env: Optional[str] = None,
+                          **loop_kwargs: Any) -> str:
+    """The agent-loop YAML listing the training and evaluation loops of ``env`` with the given init kwargs."""
     import yaml
 
     entries = []
-    for name, cls in ((TRAIN_LOOP, "SealBFCLAgentLoop"), (EVAL_LOOP, "BFCLAgentLoop")):
+    classes = (("SealBFCLAgentLoop", "BFCLAgentLoop") if (env or DEFAULT_ENV) == "bfcl"
+               else ("SealEnvAgentLoop", "EnvAgentLoop"))
+    for name, cls in zip(loop_names(env), classes):
         entry = {"name": name, "_target_": f"seal_verl.verl_glue.agent_loop.{cls}", "call_format": call_format}
         entry.update({k: v for k, v in loop_kwargs.items() if v is not None})
         entries.append(entry)
@@ -495,12 +407,11 @@ def verl_config(model_path: str, *, agent_loop_yaml: Optional[str] = None, rollo
     return cfg
 
 
-def dataset_rows(task_ids: list[str], agent_name: str, split: str, call_format: str = "json") -> list[dict]:
-    """Parquet rows for ``task_ids``, built by ``seal-verl prepare-data``'s own row builder, with
-    ``agent_name`` set as asked (prepare-data uses ``seal_bfcl`` for train rows, ``bfcl`` for eval rows)."""
-    from env_wrappers.bfcl.prepare_data import build_rows
-
-    rows = build_rows(list(task_ids), split, call_format)
+def dataset_rows(task_ids: list[str], agent_name: str, split: str, call_format: str = "json",
+                 env: Optional[str] = None) -> list[dict]:
+    """Parquet rows for ``task_ids``, built by the environment's row builder (BFCL: ``seal-verl prepare-data``'s),
+    with ``agent_name`` set as asked."""
+    rows = environment(env).dataset_rows(list(task_ids), split, call_format)
     for row in rows:
         row["agent_name"] = agent_name
     return rows
@@ -561,7 +472,7 @@ class InProcessRewardWorker:
 def make_worker(config, llm, reward: bool = True):
     """verl's real ``AgentLoopWorker`` in this process, with ``llm`` as its server client. Call with the
     event loop the rollouts will run on set as current (verl's loops capture it)."""
-    import verl  # noqa: F401 - loads the seal plugin (registers the BFCL loops)
+    import verl  # noqa: F401 - loads the seal plugin (registers the agent loops)
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 
     from seal_verl.verl_glue import agent_loop  # noqa: F401 - registration also without the entry point
@@ -587,9 +498,8 @@ def rollout_texts(gen, tokenizer, i: int) -> tuple[str, str, str]:
 
 def hint_flags(gen, tokenizer) -> list[bool]:
     """Per row: does any cue marker appear anywhere in the rendered tokens (prompt or response)?"""
-    from env_wrappers.observation import HINT_PREFIX
+    from env_wrappers.protocol import CUE_MARKER as marker
 
-    marker = HINT_PREFIX.strip()
     out = []
     for i in range(len(gen)):
         prompt, model, obs = rollout_texts(gen, tokenizer, i)
@@ -610,6 +520,7 @@ class DryRunConfig:
     rollouts: int = 4
     val_tasks: int = 2
     call_format: str = "json"
+    env: str = DEFAULT_ENV
     seed: int = 0
     model: Optional[str] = None
     prompt_length: int = 16384
@@ -625,11 +536,14 @@ class DryRunConfig:
     })
 
 
-def _pick_tasks(ids: list[str], count: int, offset: int) -> list[str]:
+def _pick_tasks(ids: list[str], count: int, offset: int, env: Optional[str] = None) -> list[str]:
     """``count`` ids round-robin over categories, starting at ``offset`` (deterministic)."""
-    from env_wrappers.bfcl.tasks import CATEGORIES
-
-    by_cat = {c: [t for t in ids if t.startswith(c + "_")] for c in CATEGORIES}
+    environment_ = environment(env)
+    category = {t: environment_.category(environment_.load_task(t)) for t in ids}
+    present = list(dict.fromkeys(category.values()))
+    CATEGORIES = [c for c in environment_.categories if c in present] + [
+        c for c in present if c not in environment_.categories]
+    by_cat = {c: [t for t in ids if category[t] == c] for c in CATEGORIES}
     out = []
     i = offset
     while len(out) < count:
@@ -704,7 +618,6 @@ class DryRun:
         import verl  # noqa: F401 - the seal plugin
         from verl.trainer.ppo import ray_trainer
 
-        from env_wrappers.bfcl.tasks import load_split, load_tasks
         from seal_verl.verl_glue.advantage import (
             WeightPlan, profile_from_extras, record_from_extras, rows_from_non_tensor_batch, weight_metrics,
             weight_plan,
@@ -714,22 +627,24 @@ class DryRun:
         from seal_verl.verl_glue.driver import SealDriver
 
         model = tiny_model(cfg.model or os.path.join(out, "model"))
-        yaml_path = write_agent_loop_yaml(os.path.join(out, "agent_loops.yaml"), cfg.call_format,
+        train_loop, eval_loop = loop_names(cfg.env)
+        yaml_path = write_agent_loop_yaml(os.path.join(out, "agent_loops.yaml"), cfg.call_format, env=cfg.env,
                                           max_tokens_per_turn=cfg.max_tokens_per_turn,
                                           max_cue_tokens=cfg.max_cue_tokens)
         config = verl_config(model, agent_loop_yaml=yaml_path, rollouts=cfg.rollouts, prompt_length=cfg.prompt_length,
-                             response_length=cfg.response_length, seal=cfg.seal)
+                             response_length=cfg.response_length, seal=cfg.seal, reward_path=reward_fn_path(cfg.env))
         seal_cfg = parse_seal_config(config.seal)
         driver = SealDriver(seal_cfg, actor=None)  # in-process: the agent loops read the state directly
         set_state_source(lambda step: driver.state)
 
-        split = load_split()
-        tasks = load_tasks()
-        book = PlanBook(cfg.call_format, cfg.seed)
+        env = environment(cfg.env)
+        split = {"train": env.task_ids("train"), "eval": env.task_ids("eval") if cfg.val_tasks > 0 else []}
+        tasks = {t: env.load_task(t) for t in split["train"] + split["eval"]}
+        book = PlanBook(cfg.call_format, cfg.seed, env=cfg.env)
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model)
-        llm = ScriptedLLM(tokenizer, tasks, default=lambda t: book.get(t, "pass"))
+        llm = ScriptedLLM(tokenizer, tasks, default=lambda t: book.get(t, "pass"), env=cfg.env)
         worker = make_worker(config, llm)
         with open(os.path.join(out, "config.json"), "w") as f:
             json.dump({"dry_run": {k: v for k, v in asdict(cfg).items()}, "seal": seal_cfg.to_dict(),
@@ -745,14 +660,15 @@ class DryRun:
             tqdm.write(header_line(), file=sys.stdout)
         for step in range(cfg.steps):
             ts = time.time()
-            task_ids = _pick_tasks(split["train"], cfg.tasks_per_step, step * cfg.tasks_per_step)
+            task_ids = _pick_tasks(split["train"], cfg.tasks_per_step, step * cfg.tasks_per_step, cfg.env)
             rng = random.Random(f"{cfg.seed}:{step}")
             mix = mix_at(step, cfg.steps)
             llm.reset()
             llm.global_steps = step
             for tid in task_ids:
                 llm.queue(tid, draw_plans(book, tasks[tid], cfg.rollouts, mix, rng))
-            parquet = write_parquet(dataset_rows(task_ids, TRAIN_LOOP, "train", cfg.call_format), os.path.join(out, "batch.parquet"))
+            parquet = write_parquet(dataset_rows(task_ids, train_loop, "train", cfg.call_format, cfg.env),
+                                    os.path.join(out, "batch.parquet"))
             batch = load_batch(parquet, config, tokenizer, cfg.rollouts, uid_prefix=f"s{step}-")
             state_before = driver.state
             gen = loop.run_until_complete(worker.generate_sequences(batch))
@@ -831,11 +747,12 @@ class DryRun:
 
         # ---- validation: the evaluation loop, interface removed
         if cfg.val_tasks > 0:
-            val_ids = _pick_tasks(split["eval"], cfg.val_tasks, 0)
+            val_ids = _pick_tasks(split["eval"], cfg.val_tasks, 0, cfg.env)
             llm.reset()
             for tid in val_ids:
                 llm.queue(tid, [book.get(tasks[tid], "pass")])
-            parquet = write_parquet(dataset_rows(val_ids, EVAL_LOOP, "eval", cfg.call_format), os.path.join(out, "val.parquet"))
+            parquet = write_parquet(dataset_rows(val_ids, eval_loop, "eval", cfg.call_format, cfg.env),
+                                    os.path.join(out, "val.parquet"))
             batch = load_batch(parquet, config, tokenizer, 1, uid_prefix="val-")
             gen = loop.run_until_complete(worker.generate_sequences(batch))
             hints = hint_flags(gen, tokenizer)
@@ -849,7 +766,7 @@ class DryRun:
                         "hint_in_text": hints[i],
                         "trace": json.loads(gen.non_tensor_batch["seal_trace"][i]),
                     }) + "\n")
-            self._log(f"[dry-run] validation ({EVAL_LOOP} loop): {len(gen)} rollouts, cue tokens "
+            self._log(f"[dry-run] validation ({eval_loop} loop): {len(gen)} rollouts, cue tokens "
                       f"{sum(int(x) for x in gen.non_tensor_batch['seal_cue_tokens'])}, "
                       f"score {float(np.mean([float(s) for s in gen.non_tensor_batch['score']])):.2f}")
         self._log(f"[dry-run] {cfg.steps} steps in {time.time() - t0:.1f} s; run folder {out}")

@@ -24,6 +24,7 @@ class BFCLEnvironment(Environment):
     name = "bfcl"
     call_formats = prompts.CALL_FORMATS
     max_steps_per_turn = MAX_STEPS_PER_TURN
+    categories = CATEGORIES
 
     def load_task(self, task_id: str) -> BFCLTask:
         return load_tasks([task_id])[task_id]
@@ -59,12 +60,42 @@ class BFCLEnvironment(Environment):
         _check_ground_truth(task, ground_truth)
         super().check_row(task, trace, data_source=data_source, ground_truth=ground_truth)
 
-    def verify(self, task: BFCLTask, trace: Trace, *, strict_abstention: bool = True) -> Verification:
+    def verify(self, task: BFCLTask, trace: Trace, *, strict_abstention: bool = True,
+               call_timeout_s: Optional[float] = 10.0) -> Verification:
         from .judge import verify_trace
 
-        valid, error_type, reward_valid, checks = verify_trace(task, trace, strict_abstention=strict_abstention)
+        valid, error_type, reward_valid, checks = verify_trace(task, trace, strict_abstention=strict_abstention,
+                                                               call_timeout_s=call_timeout_s)
         return Verification(task_id=task.id, category=task.category, valid=valid, reward_valid=reward_valid,
                             checks=checks, error_type=error_type)
+
+
+    # ---------------------------------------------------------------------------------------- data, scripting
+    def dataset_rows(self, task_ids: list[str], split: str, call_format: str) -> list[dict]:
+        """``seal-verl prepare-data``'s own rows (they name no environment: BFCL is the default of its loops)."""
+        from .prepare_data import build_rows
+
+        return build_rows(list(task_ids), split, call_format)
+
+    def reference_turns(self, task: BFCLTask, call_format: str) -> list[list[str]]:
+        from .scripted import reference_turns
+
+        return reference_turns(task, call_format)
+
+    def failure_turns(self, task: BFCLTask, target: str, call_format: str, seed: int):
+        from .scripted import failure_turns
+
+        return failure_turns(task, target, call_format, seed)
+
+    def user_turn_texts(self, task: BFCLTask) -> list[str]:
+        """Each turn's first non-empty user text; a reveal turn without a question shows BFCL's reveal text."""
+        from .env import REVEAL_MESSAGE
+
+        out = []
+        for msgs in task.questions:
+            texts = [m.get("content") or "" for m in msgs] or [REVEAL_MESSAGE]
+            out.append(next((t for t in texts if t), REVEAL_MESSAGE))
+        return out
 
 
 def _check_ground_truth(task: BFCLTask, ground_truth: Any) -> None:
@@ -80,3 +111,4 @@ def _check_ground_truth(task: BFCLTask, ground_truth: Any) -> None:
             f"the row's reward_model.ground_truth differs from the installed BFCL data for {task.id}; "
             "the parquet was written from another bfcl-eval version: rerun `seal-verl prepare-data`"
         )
+
