@@ -23,6 +23,8 @@ REACHES: dict[str, str] = {
                            "__init__, replay buffer rebuilt)",
     "wrap_replay_buffer_sample": "PPOTrainer._validate calls self.replay_buffer.sample(partition_id='val')",
     "session_of_key": "TransferQueue keys of agent-loop outputs are '<session>_<index>_<output>'",
+    "legacy_trainer_wrappers": "ray_trainer.compute_advantage / compute_data_metrics and RayPPOTrainer."
+                               "_load_checkpoint / _save_checkpoint replaced by name (legacy.py)",
 }
 
 
@@ -54,6 +56,19 @@ def check_verl_version(lookup: Callable[[], Optional[str]] = installed_verl) -> 
     return found
 
 
+_CHECKED: Optional[str] = None
+
+
+def require_checked_verl(reach: str) -> None:
+    """Raise :class:`VerlVersionError` unless the installed verl is the checked one (looked up once)."""
+    global _CHECKED
+    if _CHECKED is None:
+        try:
+            _CHECKED = check_verl_version()
+        except VerlVersionError as exc:
+            raise VerlVersionError(f"{reach}: {exc}") from None
+
+
 # ------------------------------------------------------------------------------------------------ agent loops
 
 
@@ -66,6 +81,7 @@ def single_call_synthetic_assistant(builder: Any) -> None:
     own ``ipython`` turn whatever the call count, so one synthetic call gives the same suffix bytes without the
     exception. Applied to this builder instance only.
     """
+    require_checked_verl("single_call_synthetic_assistant")
     original = builder._synthetic_assistant_for_tools
 
     def synthetic(tool_messages):
@@ -77,6 +93,7 @@ def single_call_synthetic_assistant(builder: Any) -> None:
 def agent_loop_registry() -> dict:
     """verl's name -> ``{"_target_": ...}`` table of agent loops (``register`` writes it; the plugin
     re-registers idempotently in every process, which needs the table itself)."""
+    require_checked_verl("agent_loop_registry")
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 
     return _agent_loop_registry
@@ -92,6 +109,7 @@ def run_as_trainer_mode(trainer: Any, base_mode: str) -> None:
     checkpointing, dataloader granularity) and sets it from the config, where it names our mode. We report
     the mode we extend and rebuild what ``__init__`` built from the other value.
     """
+    require_checked_verl("run_as_trainer_mode")
     trainer.trainer_mode = base_mode
     trainer.parameter_sync_step = trainer.config.trainer.v1.get(base_mode, {}).get("parameter_sync_step", 1)
     trainer.replay_buffer = trainer._build_replay_buffer()
@@ -104,6 +122,7 @@ class wrap_replay_buffer_sample:
     removed on exit."""
 
     def __init__(self, trainer: Any, partition_id: str, on_sample: Callable[[Any], None]):
+        require_checked_verl("wrap_replay_buffer_sample")
         self.buffer = trainer.replay_buffer
         self.partition_id = partition_id
         self.on_sample = on_sample
@@ -127,6 +146,7 @@ class wrap_replay_buffer_sample:
 
 def session_of_key(key: str) -> Optional[str]:
     """The agent-loop session of a TransferQueue key ``<session>_<index>_<output>`` (None if not that form)."""
+    require_checked_verl("session_of_key")
     parts = str(key).rsplit("_", 2)
     if len(parts) != 3:
         return None
