@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional, Protocol, runtime_checkable
+from typing import Any, Callable, Iterator, Optional, Protocol, runtime_checkable
 
 from env_wrappers.observation import HINT_PREFIX
 from seal_verl.diagnosis import TurnCheck
@@ -215,6 +215,12 @@ class Environment:
                                "call_format": call_format},
             })
         return rows
+
+    def commands(self) -> dict[str, Callable[[Any], int]]:
+        """Subcommands of the ``seal-verl`` command line that work on this environment's own files
+        (``diagnose`` of result files, ``prepare-data``, ...): name -> function of the parsed arguments,
+        returning the exit status. Default: none."""
+        return {}
 
     # ---------------------------------------------------------------------------------------- scripting
     # Used only by the dry run and tests, where a scripted assistant stands in for the model.

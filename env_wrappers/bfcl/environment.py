@@ -70,6 +70,12 @@ class BFCLEnvironment(Environment):
                             checks=checks, error_type=error_type)
 
 
+    def commands(self) -> dict:
+        from . import commands
+
+        return {"diagnose": commands.diagnose, "demo-results": commands.demo_results,
+                "prepare-data": commands.prepare_data_command}
+
     # ---------------------------------------------------------------------------------------- data, scripting
     def dataset_rows(self, task_ids: list[str], split: str, call_format: str) -> list[dict]:
         """``seal-verl prepare-data``'s own rows (they name no environment: BFCL is the default of its loops)."""
