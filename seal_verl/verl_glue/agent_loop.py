@@ -83,7 +83,6 @@ metric; the trainer side reads it from the batch.
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import os
 from typing import Any, Callable, Optional, Union

@@ -14,7 +14,7 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from env_wrappers.protocol import ABSTAIN_TEXT, CLOSING_TEXT, Environment, StepResult, ToolResult, Verification
 from seal_verl.diagnosis import TurnCheck
