@@ -13,7 +13,7 @@ setup(
     description="SEAL: verifier-grounded failure diagnosis driving the training interface and GRPO weights, for verl",
     python_requires=">=3.11",
     packages=find_packages(include=["seal_verl", "seal_verl.*", "env_wrappers", "env_wrappers.*", "reward_fns", "reward_fns.*"]),
-    package_data={"env_wrappers.bfcl": ["data/*.json"], "seal_verl": ["configs/*.yaml"]},
+    package_data={"env_wrappers.bfcl": ["data/*.json"]},
     include_package_data=True,
     install_requires=[
         "jsonschema>=4",

@@ -11,83 +11,35 @@ Subcommands import their environment lazily so ``seal-verl --help`` stays instan
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 
-def _cmd_diagnose(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+#: The environment whose own subcommands (``diagnose``, ``demo-results``, ``prepare-data``) the CLI runs.
+DEFAULT_ENV = "bfcl"
 
-    from env_wrappers.bfcl.judge import judge_result
-    from env_wrappers.bfcl.result_files import ReadProblem, count_lines, expand_paths, read_entries
-    from env_wrappers.bfcl.tasks import load_tasks
 
-    from .report import format_table, plot, summarise
+def _env_command(name: str, args: argparse.Namespace) -> int:
+    """Run an environment's own subcommand (:meth:`env_wrappers.protocol.Environment.commands`)."""
+    from env_wrappers.registry import get_environment
 
-    tasks = load_tasks()
-    files = expand_paths(args.inputs)
-    if not files:
-        print("error: no result files found in the given paths", file=sys.stderr)
+    env_name = getattr(args, "env", None) or DEFAULT_ENV
+    command = get_environment(env_name).commands().get(name)
+    if command is None:
+        print(f"error: environment {env_name!r} has no {name!r} command", file=sys.stderr)
         return 2
-    total = sum(count_lines(p) for p in files)
-    out = open(args.out, "w") if args.out else None
-    rows, problems = [], []
-    show_bar = not args.no_progress and total >= args.progress_min
-    try:
-        with tqdm(total=total, desc="diagnosing", unit="task", disable=not show_bar, file=sys.stderr) as bar:
-            for path in files:
-                for item in read_entries(path, tasks):
-                    bar.update(1)
-                    if isinstance(item, ReadProblem):
-                        problems.append(item)
-                        print(f"warning: {item}", file=sys.stderr)
-                        continue
-                    task = tasks[item.id]
-                    j = judge_result(task, item.result, call_format=args.format,
-                                     strict_abstention=args.strict_abstention)
-                    valid = j.reward_valid if args.strict_abstention else j.valid
-                    rows.append((task.category, valid, j.labels))
-                    if out:
-                        rec = {"id": item.id, "valid": valid, "labels": j.labels}
-                        if j.error_type:
-                            rec["error_type"] = j.error_type
-                        out.write(json.dumps(rec) + "\n")
-                        out.flush()
-    finally:
-        if out:
-            out.close()
-    stats = summarise(rows)
-    if stats:
-        print(format_table(stats))
-    if args.plot and stats:
-        plot(stats, args.plot, title=f"{len(rows)} tasks")
-        print(f"plot written to {args.plot}")
-    if problems:
-        print(f"{len(problems)} line(s) skipped; see the warnings above", file=sys.stderr)
-    if not rows:
-        print("error: no valid result entries", file=sys.stderr)
-        return 1
-    return 0
+    return command(args)
+
+
+def _cmd_diagnose(args: argparse.Namespace) -> int:
+    return _env_command("diagnose", args)
 
 
 def _cmd_demo_results(args: argparse.Namespace) -> int:
-    from env_wrappers.bfcl.demo import write_demo_results
-
-    n = write_demo_results(args.out)
-    print(f"wrote {n} demo result entries to {args.out}")
-    return 0
+    return _env_command("demo-results", args)
 
 
 def _cmd_prepare_data(args: argparse.Namespace) -> int:
-    from env_wrappers.bfcl.prepare_data import format_summary, prepare_data
-
-    try:
-        summary = prepare_data(args.out, call_format=args.call_format, split_file=args.split_file)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(format_summary(summary))
-    return 0
+    return _env_command("prepare-data", args)
 
 
 def _cmd_dry_run(args: argparse.Namespace) -> int:

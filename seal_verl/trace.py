@@ -82,10 +82,6 @@ class TurnTrace:
     def calls(self) -> list:
         return [c for a in self.attempts for c in a.calls]
 
-    def executed_calls(self) -> list[str]:
-        """Canonical call strings of the calls that were decoded, i.e. what BFCL's checker replays."""
-        return [c.call for c in self.calls() if c.parsed and c.call is not None]
-
     def executed_steps(self) -> list[list[str]]:
         """The turn as BFCL's checker sees it: one list of decoded calls per step, empty steps dropped."""
         steps = []

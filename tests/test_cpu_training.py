@@ -263,22 +263,22 @@ def test_run_folder_layout_matches_the_dry_run(tmp_path):
               "task_id": "multi_turn_miss_param_105", "seal_agent_loop": "seal_bfcl", "seal_cue_tokens": 0}
     drv.add_records([TrajectoryRecord("multi_turn_miss_param", labels, abst, 0.0)])
     drv.end_step(1)
-    rows = [trace_row(step=0, global_step=1, key="u_0_0", uid="u", reward_extras=extras, extra_fields=fields, w=1.6,
+    rows = [trace_row(step=1, global_step=1, key="u_0_0", uid="u", reward_extras=extras, extra_fields=fields, w=1.6,
                       advantage=0.0, hint_in_text=False)]
-    drv.run_folder.write_traces(0, rows)
-    drv.run_folder.append_metrics(step_row(step=0, global_step=1, state_before=drv.state_before, state_after=drv.state,
+    drv.run_folder.write_traces(1, rows)
+    drv.run_folder.append_metrics(step_row(step=1, global_step=1, state_before=drv.state_before, state_after=drv.state,
                                            rows=rows, seconds=1.0, metrics={"seal/step": 1.0, "timing_s/gen": 0.5}))
-    assert sorted(os.listdir(run)) == ["metrics.jsonl", "state_step_0.json", "traces_step_0.jsonl"]
+    assert sorted(os.listdir(run)) == ["metrics.jsonl", "state_step_1.json", "traces_step_1.jsonl"]
     dry_trace_keys = {"step", "uid", "task_id", "agent_loop", "plan", "labels", "abstention", "reward", "w",
                       "advantage", "cue_tokens", "hint_in_text", "interface_active", "trace"}
     dry_metric_keys = {"step", "n_rollouts", "tasks", "mix", "active_during", "active_next", "prevalence",
                        "prevalence_ema", "rho", "success_rate", "w_mean", "w_std", "w_min", "w_max", "cue_tokens_mean",
                        "cue_tokens_max", "seconds", "metrics"}
-    trace = json.loads((run / "traces_step_0.jsonl").read_text())
+    trace = json.loads((run / "traces_step_1.jsonl").read_text())
     metric = json.loads((run / "metrics.jsonl").read_text())
     assert dry_trace_keys <= set(trace) and dry_metric_keys <= set(metric)
     assert trace["labels"] == labels and trace["trace"]["task_id"] == "multi_turn_miss_param_105"
-    state = json.loads((run / "state_step_0.json").read_text())
+    state = json.loads((run / "state_step_1.json").read_text())
     assert state["step"] == 1 and metric["prevalence"] == state["history"][-1]["prevalence"]
     r = CHECK.Run(str(run))
     rep = CHECK.Report()
@@ -336,8 +336,8 @@ def test_legacy_trainer_keeps_the_run_folder_too(tmp_path):
         ray_trainer.compute_data_metrics(batch=out, use_critic=False)
     finally:
         legacy.forget(root)
-    assert sorted(os.listdir(run)) == ["metrics.jsonl", "state_step_0.json", "traces_step_0.jsonl"]
-    traces = [json.loads(line) for line in (run / "traces_step_0.jsonl").read_text().splitlines()]
+    assert sorted(os.listdir(run)) == ["metrics.jsonl", "state_step_1.json", "traces_step_1.jsonl"]
+    traces = [json.loads(line) for line in (run / "traces_step_1.jsonl").read_text().splitlines()]
     assert [t["labels"] for t in traces] == [lab for _, lab, _ in rollouts]
     assert traces[0]["w"] == 1.0 and traces[1]["w"] != 1.0 and traces[1]["advantage"] < 0 < traces[0]["advantage"]
     metric = json.loads((run / "metrics.jsonl").read_text())

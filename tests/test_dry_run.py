@@ -32,12 +32,12 @@ def _jsonl(path):
 def test_run_folder(run):
     cfg, rows = run
     files = set(os.listdir(cfg.out))
-    for k in range(cfg.steps):
+    for k in range(1, cfg.steps + 1):  # numbered by the global step, as in a training run
         assert {f"state_step_{k}.json", f"traces_step_{k}.jsonl"} <= files
     assert {"metrics.jsonl", "val_traces.jsonl", "config.json", "agent_loops.yaml"} <= files
     metrics = _jsonl(os.path.join(cfg.out, "metrics.jsonl"))
-    assert [m["step"] for m in metrics] == list(range(cfg.steps)) and len(rows) == cfg.steps
-    for k in range(cfg.steps):
+    assert [m["step"] for m in metrics] == list(range(1, cfg.steps + 1)) and len(rows) == cfg.steps
+    for k in range(1, cfg.steps + 1):
         traces = _jsonl(os.path.join(cfg.out, f"traces_step_{k}.jsonl"))
         assert len(traces) == cfg.tasks_per_step * cfg.rollouts
         for t in traces:
@@ -52,10 +52,10 @@ def test_states_advance_and_persist(run):
 
     cfg, rows = run
     prev = None
-    for k in range(cfg.steps):
+    for k in range(1, cfg.steps + 1):
         st = ClosedLoopState.load(os.path.join(cfg.out, f"state_step_{k}.json"))
-        assert st.step == k + 1 and st.interface.step == k + 1 and len(st.history) == k + 1
-        assert st.history[-1]["active"] == rows[k]["active_next"]
+        assert st.step == k and st.interface.step == k and len(st.history) == k
+        assert st.history[-1]["active"] == rows[k - 1]["active_next"]
         if prev is not None:
             assert st.history[:-1] == prev.history
         prev = st
@@ -70,9 +70,10 @@ def test_weights_follow_labels(run):
 
     cfg, rows = run
     n_reweighted = 0
-    for k in range(cfg.steps):
-        rho = (ClosedLoopState.load(os.path.join(cfg.out, f"state_step_{k - 1}.json")).rho if k
+    for k in range(1, cfg.steps + 1):
+        rho = (ClosedLoopState.load(os.path.join(cfg.out, f"state_step_{k - 1}.json")).rho if k > 1
                else tx.check_rho({}))
+        assert rows[k - 1]["rho_used"] == pytest.approx(rho)
         for t in _jsonl(os.path.join(cfg.out, f"traces_step_{k}.jsonl")):
             p = trajectory_profile(t["labels"], t["abstention"])
             assert math.isclose(t["w"], trajectory_weight(p, rho, 0.5, 2.0), rel_tol=1e-5)
@@ -90,7 +91,7 @@ def test_weights_follow_labels(run):
 def test_cues_only_in_training_rollouts(run):
     cfg, rows = run
     assert rows[0]["active_during"] == [] and rows[0]["cue_tokens_mean"] == 0.0  # Omega_0: every kind off
-    train = [t for k in range(cfg.steps) for t in _jsonl(os.path.join(cfg.out, f"traces_step_{k}.jsonl"))]
+    train = [t for k in range(1, cfg.steps + 1) for t in _jsonl(os.path.join(cfg.out, f"traces_step_{k}.jsonl"))]
     with_cues = [t for t in train if t["cue_tokens"] > 0]
     assert with_cues, "the interface never put a cue into a training rollout"
     assert all(t["hint_in_text"] for t in with_cues)
@@ -105,10 +106,10 @@ def test_interface_reacts_to_the_profile(run):
     cfg, rows = run
     on = InterfaceConfig.from_dict(cfg.seal["interface"]).on_threshold
     reacted = [(r["step"], kind) for r in rows for kind in r["active_next"]
-               if kind not in r["active_during"] and r["prevalence_ema"][CUE_KINDS[kind].trigger] >= on]
+               if kind not in r["active_during"] and r["rate_ema"][CUE_KINDS[kind].trigger] >= on]
     assert reacted, "no cue kind turned on although its trigger label was prevalent"
     # the kinds switched on are the ones of the prevalent failures, and they are in the next step's rollouts
     step, kind = reacted[0]
-    if step + 1 < cfg.steps:
+    if step + 1 <= cfg.steps:
         nxt = _jsonl(os.path.join(cfg.out, f"traces_step_{step + 1}.jsonl"))
         assert all(kind in t["interface_active"] for t in nxt)

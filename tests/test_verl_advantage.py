@@ -408,3 +408,37 @@ def test_cue_metrics_from_reward_extras():
     m = cue_metrics(rows)
     assert m == {"seal/cue_tokens/mean": pytest.approx(40.0 / 3), "seal/cue_tokens/max": 30.0}
     assert cue_metrics([None]) == {}
+
+
+def test_v1_rows_reordered_within_a_group_are_refused(tq_store, monkeypatch):
+    """The extras are read in one key order and verl fetches the advantage inputs in another: two rollouts of
+    the same prompt swap places. Their group ids still match, so only a row-identity check can notice."""
+    tq = tq_store
+    trainer = _v1_trainer(_v1_config())
+    meta = _put_batch(tq)
+    real = tq.kv_batch_get
+
+    def reordered(keys, partition_id, select_fields=None, **kwargs):
+        if select_fields and "extra_fields" in select_fields:
+            keys = list(keys)
+            keys[0], keys[1] = keys[1], keys[0]  # rows 0 and 1: group "a", different lengths and weights
+        return real(keys=keys, partition_id=partition_id, select_fields=select_fields, **kwargs)
+
+    monkeypatch.setattr(tq, "kv_batch_get", reordered)
+    try:
+        with pytest.raises(SealWiringError, match="within a group"):
+            trainer._compute_advantage(meta, metrics={})
+    finally:
+        monkeypatch.undo()
+        tq.kv_clear(keys=meta.keys, partition_id="train")
+
+
+def test_weight_plan_row_identities():
+    from seal_verl.verl_glue.advantage import WeightPlan, row_identities
+
+    uids = np.array(["g", "g"], dtype=object)
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    plan = WeightPlan(uids=uids, weights=torch.tensor([1.0, 2.0]), rows=row_identities(uids, mask))
+    plan.check_alignment(uids, mask)
+    with pytest.raises(SealWiringError, match="within a group"):
+        plan.check_alignment(uids, mask.flip(0))

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import json
 import weakref
-from dataclasses import dataclass, field
 
+from env_wrappers.protocol import StepResult, ToolResult  # noqa: F401 - re-exported for callers
 from seal_verl.trace import PARSE_OK, Attempt, CallRecord, Trace, TurnTrace
 
 from . import calls as _calls
@@ -35,38 +35,9 @@ REVEAL_MESSAGE = "I have updated some more functions you can choose from. What a
 MAX_STEPS_PER_TURN = 20
 
 
-@dataclass
-class ToolResult:
-    """One tool response the agent will see: the call it answers and the result or error text."""
-
-    name: str
-    call: str
-    content: str
-    is_error: bool
-
-
-@dataclass
-class StepResult:
-    """What :meth:`BFCLEnv.step` returns.
-
-    ``tool_results``: responses to show the agent (empty when the turn ended).
-    ``turn_done``: the current user turn is over; ``episode_done``: no further user turn.
-    ``next_user``: the next turn's user messages when ``turn_done`` and not ``episode_done``.
-    ``failed_calls``: attempts that could not be executed as calls (for recovery cues; BFCL shows the agent
-    nothing for a dropped block, so these are not in ``tool_results`` unless BFCL would show an error).
-    """
-
-    tool_results: list = field(default_factory=list)
-    turn_done: bool = False
-    episode_done: bool = False
-    next_user: list | None = None
-    revealed_tools: list = field(default_factory=list)
-    attempt: Attempt | None = None
-    failed_calls: list = field(default_factory=list)
-
-
 class BFCLEnv:
-    """A single rollout of one BFCL task. Create one per trajectory; nothing is shared between instances.
+    """A single rollout of one BFCL task (an :class:`env_wrappers.protocol.Episode`). Create one per
+    trajectory; nothing is shared between instances.
 
     Args:
         task: the task to play.

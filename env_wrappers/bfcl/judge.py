@@ -68,10 +68,24 @@ def judge_trace(task: BFCLTask, trace: Trace, strict_abstention: bool = False,
     return _judge(task, trace, strict_abstention, call_timeout_s)
 
 
+def verify_trace(task: BFCLTask, trace: Trace, strict_abstention: bool = False,
+                 call_timeout_s: float | None = 10.0) -> tuple[bool, str, bool, list[TurnCheck]]:
+    """The verifier's side of :func:`judge_trace`: ``(valid, error_type, reward_valid, checks)``, the checks
+    being what Psi reads (one per ground-truth turn)."""
+    return _verify(task, trace, strict_abstention, call_timeout_s)
+
+
 def _judge(task: BFCLTask, trace: Trace, strict_abstention: bool, call_timeout_s: float | None,
            replay: BFCLEnv | None = None) -> Judgement:
     """judge_trace; with ``replay`` (an environment whose calls were queued, not run), the verifier's model
     path runs them, once, and its outcomes complete the trace before Psi reads it."""
+    valid, error_type, reward_valid, checks = _verify(task, trace, strict_abstention, call_timeout_s, replay)
+    return Judgement(task_id=task.id, category=task.category, valid=valid, error_type=error_type,
+                     reward_valid=reward_valid, diagnosis=diagnose(trace, checks))
+
+
+def _verify(task: BFCLTask, trace: Trace, strict_abstention: bool, call_timeout_s: float | None,
+            replay: BFCLEnv | None = None) -> tuple[bool, str, bool, list[TurnCheck]]:
     decoded = trace.decoded_steps()
     attempted = [any(a.has_call_attempt for a in t.attempts) for t in trace.turns]
     outcomes: list | None = [] if replay is not None else None
@@ -95,8 +109,7 @@ def _judge(task: BFCLTask, trace: Trace, strict_abstention: bool, call_timeout_s
     if trace.force_terminated:
         valid, error_type = False, FORCE_TERMINATED
     reward_valid = verdict.valid and not trace.force_terminated
-    return Judgement(task_id=task.id, category=task.category, valid=valid, error_type=error_type,
-                     reward_valid=reward_valid, diagnosis=diagnose(trace, turn_checks(verdict)))
+    return valid, error_type, reward_valid, turn_checks(verdict)
 
 
 def replay_result(task: BFCLTask, result, call_format: str = "auto", call_timeout_s: float | None = 10.0) -> Trace:

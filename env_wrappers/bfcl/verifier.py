@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .backends import Backends
-from .calls import split_call
 from .tasks import BFCLTask
 
 EMPTY_TURN = "multi_turn:empty_turn_model_response"
@@ -71,10 +70,6 @@ class Verdict:
     error_type: str = ""
     failed_turn: int | None = None
     turns: list = field(default_factory=list)  # list[TurnEvidence]
-
-
-def gt_function_names(call: str) -> str:
-    return split_call(call)[0]
 
 
 def _compare(model: Backends, gt: Backends) -> dict:

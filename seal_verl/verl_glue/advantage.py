@@ -158,14 +158,41 @@ def rows_from_non_tensor_batch(non_tensor_batch: dict, n: int) -> list[dict]:
 # --------------------------------------------------------------------------------------------------------
 
 
+def row_identities(uids: Any, response_mask: Any) -> list[str]:
+    """One identity per batch row, computable both where the weights are made and inside the estimator.
+
+    The estimator sees only the uid index (a GRPO group id, shared by every rollout of a prompt) and the
+    response mask. A row's uid plus the positions of its LLM tokens tells the rollouts of a group apart
+    (identical positions mean the same token layout), so a reordering inside a group is caught too.
+    """
+    import hashlib
+
+    import torch
+
+    mask = torch.as_tensor(response_mask) if not getattr(response_mask, "is_nested", False) else response_mask
+    rows = list(mask.unbind()) if getattr(mask, "is_nested", False) else list(mask)
+    out = []
+    for uid, row in zip(list(uids), rows, strict=True):
+        positions = torch.nonzero(torch.as_tensor(row).reshape(-1) != 0).reshape(-1).to(torch.int64)
+        digest = hashlib.blake2b(positions.numpy().tobytes(), digest_size=8).hexdigest()
+        out.append(f"{uid}/{digest}")
+    return out
+
+
 @dataclass
 class WeightPlan:
-    """Per-row weights for the next advantage computation, aligned with the batch rows by uid order.
+    """Per-row weights for the next advantage computation.
+
+    ``uids`` are the rows' GRPO group ids, ``rows`` (optional) their :func:`row_identities`. The estimator
+    checks that it is called on exactly these rows in this order: group ids alone repeat within a group, so
+    two rollouts of one prompt swapped between reading the extras and computing the advantage would pass a
+    uid comparison and silently take each other's weights.
 
     Attributes:
         uids, weights, apply_to: the GRPO group of each row, its weight w_j, and which advantages w scales.
         exclude: per row, True to keep it out of its group's statistics and the update (checker errors).
         used: how many times the estimator consumed the plan.
+        rows: the rows' identities (see above), or None to check group ids only.
         grpo: after the estimator ran, the per-row GRPO advantage before weighting (one value per rollout:
             an outcome advantage is the same on every response token), for the run folder's checks.
     """
@@ -175,15 +202,26 @@ class WeightPlan:
     apply_to: str = "all"
     exclude: Optional[Any] = None
     used: int = 0
+    rows: Optional[list] = None
     grpo: Optional[list] = None
 
-    def check_alignment(self, index: Any) -> None:
+    def check_alignment(self, index: Any, response_mask: Any = None) -> None:
         index = np.asarray(index, dtype=object)
         if len(index) != len(self.uids) or not np.array_equal(index, self.uids):
             raise SealWiringError(
                 f"seal_grpo received {len(index)} rows whose uids do not match the {len(self.uids)} rows the "
                 "weights were computed for (row order changed between reading the extras and computing the "
                 "advantage)"
+            )
+        if self.rows is None or response_mask is None:
+            return
+        got = row_identities(index, response_mask)
+        moved = [i for i, (a, b) in enumerate(zip(got, self.rows)) if a != b]
+        if moved:
+            raise SealWiringError(
+                f"seal_grpo received {len(moved)} rows (e.g. row {moved[0]}) that are not the rollouts the weights "
+                "were computed for, though their group ids match: the row order changed within a group between "
+                "reading the extras and computing the advantage"
             )
 
 
@@ -239,7 +277,7 @@ def seal_grpo_advantage(
         raise SealWiringError(f"seal_grpo was called without per-trajectory SEAL weights. {_HINT}")
     if index is None:
         raise SealWiringError("seal_grpo needs the uid index of the batch (non_tensor_batch['uid'])")
-    plan.check_alignment(index)
+    plan.check_alignment(index, response_mask)
     norm = bool(_cfg_get(config, "norm_adv_by_std_in_grpo", True))
     exclude = None if plan.exclude is None else np.asarray(plan.exclude, dtype=bool)
     group_index = np.asarray(index, dtype=object)

@@ -1,41 +1,38 @@
-"""The BFCL agent loops for verl 0.9.1: ``seal_bfcl`` (training, SEAL interface on) and ``bfcl`` (evaluation).
+"""The SEAL agent loops for verl 0.9.1: one pair, serving every registered tool environment.
 
-One loop instance runs ONE BFCL multi-turn task end to end, over all its user turns. verl 0.9.1 has no
-interactions (``verl.interactions`` is gone), so the loop appends the next user turn itself. Per trajectory it
-owns one :class:`env_wrappers.bfcl.env.BFCLEnv` (fresh backend instances, the real BFCL semantics); the task is
-looked up by ``extra_info["task_id"]`` of the dataset row (``seal-verl prepare-data`` writes it).
+One loop instance runs ONE multi-turn task end to end, over all its user turns. verl 0.9.1 has no
+interactions (``verl.interactions`` is gone), so the loop appends the next user turn itself. The environment
+comes from :mod:`env_wrappers.registry` through the protocol of :mod:`env_wrappers.protocol`, chosen per
+dataset row by ``extra_info.env`` (else the loop's ``env`` init kwarg, else the loop's default); the task by
+``extra_info.task_id``. Per trajectory the loop owns one fresh episode of that environment.
 
-Two registered names, chosen per parquet row by the ``agent_name`` column:
+Registered names, chosen per parquet row by the ``agent_name`` column:
 
-- ``seal_bfcl`` (training rows): the environment is wrapped in
-  :class:`env_wrappers.observation.SealObservationWrapper` with the current closed-loop interface state
-  Omega_t, read from the SEAL state actor the trainer publishes to (``seal_verl.verl_glue.state_actor``; see
-  :func:`set_state_source` for in-process runs and the fallback order);
-- ``bfcl`` (evaluation rows): no wrapper, the state is never read, not one byte of cue text is added.
+- ``seal_env`` (training rows) and ``env`` (evaluation rows): any environment; the row names it;
+- ``seal_bfcl`` / ``bfcl``: the same two loops with BFCL as the default environment (the names the BFCL
+  recipes and data use).
 
+A training loop wraps the episode in :class:`env_wrappers.observation.SealObservationWrapper` with the current
+closed-loop interface state Omega_t, read from the SEAL state actor the trainer publishes to
+(``seal_verl.verl_glue.state_actor``; see :func:`set_state_source` for in-process runs and the fallback
+order); an evaluation loop has no wrapper, never reads the state, and adds not one byte of cue text.
 Everything else is identical in the two loops: the same prompt rendering, the same call format, the same
 budgets, the same trace. verl cannot tell training from validation inside an agent loop, hence two names.
 
 Token layout (verl's Continuous Token builder, the path ``ToolAgentLoop`` uses):
 
 - the prompt: the task's first user turn rendered with the backbone's own chat template
-  (``ct_build_initial_tokens``). The system prompt tells the task's tools: for ``call_format=json`` they are
-  passed as ``tools=`` to the chat template (Qwen-style ``<tools>`` block; calls as ``<tool_call>`` JSON); for
-  ``call_format=python`` (BFCL's prompt mode, e.g. ToolACE-2-Llama-3.1-8B) BFCL's own system prompt with the
-  function docs is built by ``bfcl_eval``'s ``system_prompt_pre_processing_chat_model``;
+  (``ct_build_initial_tokens``); the environment's ``initial_messages`` says how the tools are shown (as
+  ``tools=`` for the chat template, or in a system prompt of its own; BFCL: :mod:`env_wrappers.bfcl.prompts`);
 - each assistant message: the generated token ids, appended as is (``ct_merge_assistant_token``), mask 1;
 - tool results: one ``tool`` role message per executed call (``tool_role``, default ``tool``; Llama 3.1
   templates render it as ``ipython``), rendered by the chat template (``ct_merge_context_msg``), mask 0;
 - the next user turn: a ``user`` message (``ct_merge_context_msg``), mask 0. Cue text is only ever inside
   these observation messages (and in the first user message, i.e. the prompt), so it is never trained on.
 
-Functions revealed mid-episode (BFCL ``miss_func``): the tools in the system prompt cannot be re-rendered
-without breaking the token prefix already generated against. The revealed docs are therefore written into
-the reveal turn's user message, in front of BFCL's reveal text, exactly as BFCL's prompt mode does it
-(``DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING``: docs, newline, "I have updated some more
-functions..."); for ``json`` the docs are the OpenAI-style tool JSON objects, one per line, as in the
-``<tools>`` block. (BFCL's FC handlers re-render the whole prompt with the enlarged tool list instead; a
-token-continuous rollout cannot.) This happens in both loops, so training and evaluation see the same thing.
+Functions revealed mid-episode (BFCL ``miss_func``): the tools in the prompt cannot be re-rendered without
+breaking the token prefix already generated against; the environment's ``reveal_messages`` writes them into
+the reveal turn's user message instead. This happens in both loops, so training and evaluation see the same.
 
 Budgets (init kwargs, from the loop's entry in the agent-loop YAML at
 ``actor_rollout_ref.rollout.agent.agent_loop_config_path``; every key of an entry other than ``name`` and
@@ -47,20 +44,21 @@ Budgets (init kwargs, from the loop's entry in the agent-loop YAML at
 - ``max_tokens_per_turn``: LLM tokens one user turn may generate over all its steps (None = unbounded); when
   spent, the turn is ended from outside (``ended_by = "token_budget"``);
 - ``max_tokens_per_step``: LLM tokens of one assistant message (None = unbounded);
-- ``max_steps_per_turn``: executed tool-call steps per user turn before BFCL force-terminates the episode
-  (BFCL's own cap is 20);
+- ``max_steps_per_turn``: executed tool-call steps per user turn before the episode is force-terminated
+  (default: the environment's own cap; BFCL's is 20);
 - ``max_cue_tokens``: cue tokens one training trajectory may carry in total (None = unbounded). An
   observation whose cues would exceed it is rendered without its cues and the interface is switched off for
   the rest of that trajectory. Each single cue is bounded in characters by ``seal.interface.max_cue_chars``.
 
-Other init kwargs: ``call_format`` (``json`` | ``python``; a row whose ``extra_info.call_format`` differs is
-an error), ``tool_role`` (``tool`` | ``ipython``: verl's Continuous Token builder only appends ``tool``
+Other init kwargs: ``env`` (the environment of rows that name none), ``call_format`` (one of the
+environment's ``call_formats``, e.g. ``json`` | ``python`` for BFCL; a row whose ``extra_info.call_format``
+differs is an error), ``tool_role`` (``tool`` | ``ipython``: verl's Continuous Token builder only appends ``tool``
 messages, and Llama 3.1 templates render a ``tool`` message as the ``ipython`` turn, so both send ``tool``),
 ``system_prompt`` (prepended as a system message), ``call_timeout_s`` (per tool call),
 ``single_call_tool_groups`` (default: on for ``python``; renders tool results after a synthetic assistant
 with one tool call, for Llama 3.1-style templates that reject several calls in one assistant message).
 
-Where ``seal_bfcl`` gets Omega_t (:meth:`BFCLAgentLoopBase._payload`): a source pinned in this process with
+Where a training loop gets Omega_t (:meth:`EnvAgentLoopBase._payload`): a source pinned in this process with
 :func:`set_state_source` (in-process runs: ``seal-verl dry-run``, tests); else, when Ray is initialised, the
 SEAL state actor the trainer publishes to (``state_actor.actor_coordinates(config)``), read through the
 per-process ``StateClient`` cached per ``global_steps`` (the V1 trainer passes it to agent loops) or, without
@@ -72,8 +70,9 @@ Outputs (``AgentLoopOutput.extra_fields``, which verl hands to the reward functi
 through the reward loop's ``tool_extra_fields``; see ``verl/experimental/agent_loop/agent_loop.py:
 AgentLoopWorker._compute_score`` and ``verl/experimental/reward_loop/reward_manager/naive.py``):
 
-- ``seal_trace``: the full trace as a JSON string, ``trace.meta`` holding the loop name, call
-  format, interface state, cue statistics and budget events;
+- ``seal_trace``: the full trace as a JSON string, ``trace.meta`` holding the environment name (``env``,
+  which the reward function reads), the loop name, call format, interface state, cue statistics and budget
+  events;
 - ``task_id``, ``seal_agent_loop``, ``seal_cue_tokens`` (int), ``seal_cue_count`` (int);
 - ``min_global_steps`` / ``max_global_steps`` from the rollout server (as ``ToolAgentLoop`` keeps them).
 
@@ -84,7 +83,6 @@ metric; the trainer side reads it from the batch.
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import os
 from typing import Any, Callable, Optional, Union
@@ -98,13 +96,14 @@ from verl.utils.profiler import simple_timer
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "WARN"))
 
-#: Registered names: training (SEAL interface on) and evaluation (no interface).
+#: Registered names: training (SEAL interface on) and evaluation (no interface), for any environment ...
+GENERIC_TRAIN_LOOP = "seal_env"
+GENERIC_EVAL_LOOP = "env"
+#: ... and the same loops with BFCL as the default environment (the names the BFCL recipes and data use).
 TRAIN_LOOP = "seal_bfcl"
 EVAL_LOOP = "bfcl"
 
-CALL_FORMATS = ("json", "python")
-
-#: extra_fields keys every BFCL rollout carries (same keys in both loops, so batches concatenate cleanly).
+#: extra_fields keys every rollout carries (same keys in both loops, so batches concatenate cleanly).
 TRACE_FIELD = "seal_trace"
 TASK_ID_FIELD = "task_id"
 CUE_TOKENS_FIELD = "seal_cue_tokens"
@@ -121,7 +120,7 @@ _STATE_SOURCE: Optional[Union[StateLike, Callable[[Optional[int]], StateLike]]] 
 
 
 def set_state_source(source: Optional[Union[StateLike, Callable[[Optional[int]], StateLike]]]) -> None:
-    """Pin the closed-loop state the ``seal_bfcl`` loop reads in THIS process (in-process runs and tests).
+    """Pin the closed-loop state the training loops read in THIS process (in-process runs and tests).
 
     Args:
         source: a ``ClosedLoopState``, a state-actor payload dict (``{"state": ..., "switches": ...}``), a
@@ -133,10 +132,6 @@ def set_state_source(source: Optional[Union[StateLike, Callable[[Optional[int]],
     """
     global _STATE_SOURCE
     _STATE_SOURCE = source
-
-
-def get_state_source():
-    return _STATE_SOURCE
 
 
 def _plain(value: Any) -> Any:
@@ -158,15 +153,26 @@ def _row_extra_info(kwargs: dict) -> dict:
 
 
 def task_id_of(kwargs: dict) -> str:
-    """The BFCL task id of a dataset row (``extra_info.task_id``)."""
+    """The task id of a dataset row (``extra_info.task_id``)."""
     info = _row_extra_info(kwargs)
     task_id = _plain(info.get("task_id"))
     if not task_id:
         raise ValueError(
-            "the BFCL agent loops need extra_info.task_id in every dataset row (write the data with "
+            "the SEAL agent loops need extra_info.task_id in every dataset row (write the data with "
             "`seal-verl prepare-data`); got extra_info keys: " + ", ".join(sorted(map(str, info)))
         )
     return str(task_id)
+
+
+def env_name_of(kwargs: dict, default: Optional[str]) -> str:
+    """The environment of a dataset row: ``extra_info.env``, else ``default`` (the loop's)."""
+    name = _plain(_row_extra_info(kwargs).get("env")) or default
+    if not name:
+        raise ValueError(
+            "this agent loop serves any environment, so every dataset row needs extra_info.env (a name "
+            "registered in env_wrappers.registry), or give the loop an `env` in the agent-loop YAML"
+        )
+    return str(name)
 
 
 class _Budget:
@@ -185,18 +191,21 @@ class _Budget:
 # ------------------------------------------------------------------------------------------------------------
 
 
-class BFCLAgentLoopBase(AgentLoopBase):
-    """Shared implementation; the subclasses only set ``training`` (and their registered name)."""
+class EnvAgentLoopBase(AgentLoopBase):
+    """Shared implementation; the subclasses only set ``training``, their registered name and default env."""
 
     #: True: wrap the environment with the SEAL observation wrapper (training loop only).
     training: bool = False
     loop_name: str = ""
+    #: The environment of rows that name none (None: every row must name one).
+    default_env: Optional[str] = None
 
     def __init__(
         self,
         *args,
         tools: Any = None,
         name: Optional[str] = None,
+        env: Optional[str] = None,
         call_format: str = "json",
         max_tokens_per_turn: Optional[int] = None,
         max_tokens_per_step: Optional[int] = None,
@@ -209,12 +218,12 @@ class BFCLAgentLoopBase(AgentLoopBase):
         **kwargs,
     ):
         """Args (besides verl's): see the module docstring. ``tools`` (verl's global tool list) and ``name``
-        (the YAML entry's name) are accepted and ignored: the tools of a BFCL task come from the task."""
+        (the YAML entry's name) are accepted and ignored: the tools of a task come from its environment."""
         super().__init__(*args, **kwargs)
-        from env_wrappers.bfcl.env import MAX_STEPS_PER_TURN
-
-        if call_format not in CALL_FORMATS:
-            raise ValueError(f"call_format must be one of {', '.join(CALL_FORMATS)}, got {call_format!r}")
+        self.env_name = env or self.default_env
+        if self.env_name:
+            # Fail at start-up, not at the first rollout, on a format the loop's environment does not speak.
+            _check_call_format(self.env_name, call_format)
         for key, value in (("max_tokens_per_turn", max_tokens_per_turn), ("max_tokens_per_step", max_tokens_per_step),
                            ("max_steps_per_turn", max_steps_per_turn), ("max_cue_tokens", max_cue_tokens)):
             if value is not None and (isinstance(value, bool) or int(value) != value or int(value) < (0 if key == "max_cue_tokens" else 1)):
@@ -224,7 +233,7 @@ class BFCLAgentLoopBase(AgentLoopBase):
         self.call_format = call_format
         self.max_tokens_per_turn = None if max_tokens_per_turn is None else int(max_tokens_per_turn)
         self.max_tokens_per_step = None if max_tokens_per_step is None else int(max_tokens_per_step)
-        self.max_steps_per_turn = MAX_STEPS_PER_TURN if max_steps_per_turn is None else int(max_steps_per_turn)
+        self.max_steps_per_turn = None if max_steps_per_turn is None else int(max_steps_per_turn)
         self.max_cue_tokens = None if max_cue_tokens is None else int(max_cue_tokens)
         self.tool_role = tool_role
         self.system_prompt = system_prompt
@@ -234,7 +243,9 @@ class BFCLAgentLoopBase(AgentLoopBase):
         if single_call_tool_groups is None:
             single_call_tool_groups = call_format == "python"
         if single_call_tool_groups:
-            _single_call_synthetic_assistant(self.continuous_token_builder)
+            from seal_verl.verl_glue.compat import single_call_synthetic_assistant
+
+            single_call_synthetic_assistant(self.continuous_token_builder)
 
     # -------------------------------------------------------------------------------- interface state
 
@@ -301,39 +312,16 @@ class BFCLAgentLoopBase(AgentLoopBase):
 
     # -------------------------------------------------------------------------------- rendering helpers
 
-    def _initial_messages(self, task, first_user: list[dict]) -> tuple[list[dict], Optional[list[dict]]]:
-        """(messages, tools) of the prompt: the system prompt tells the task's tools."""
+    def _initial_messages(self, environment, task, first_user: list[dict]
+                          ) -> tuple[list[dict], Optional[list[dict]]]:
+        """(messages, tools) of the prompt: the loop's system prompt, then the environment shows its tools."""
         messages = [dict(m) for m in first_user]
         if self.system_prompt:
             if messages and messages[0].get("role") == "system":
                 messages[0]["content"] = self.system_prompt + "\n\n" + str(messages[0].get("content") or "")
             else:
                 messages.insert(0, {"role": "system", "content": self.system_prompt})
-        if self.call_format == "json":
-            return messages, task.tools(upto_turn=0)
-        # BFCL's prompt mode: its default system prompt with the function docs (BFCL's doc dialect); an
-        # existing system message is kept after it, as BFCL's system_prompt_pre_processing_chat_model does.
-        docs = list(task.functions) + list(task.missed_functions.get(0, []))
-        system = bfcl_prompt_mode_system_prompt(docs)
-        if messages and messages[0].get("role") == "system":
-            messages[0]["content"] = system + "\n\n" + str(messages[0].get("content") or "")
-        else:
-            messages.insert(0, {"role": "system", "content": system})
-        return messages, None
-
-    def _reveal_messages(self, task, turn: int, msgs: list[dict], revealed_tools: list[dict]) -> list[dict]:
-        """Write the docs of functions revealed at ``turn`` into the reveal turn's user message (see module doc)."""
-        if not revealed_tools or not msgs:
-            return msgs
-        if self.call_format == "python":
-            docs: Any = task.missed_functions.get(turn, [])
-            doc_text = str(docs)  # BFCL's prompt mode formats the raw doc list the same way
-        else:
-            doc_text = "\n".join(json.dumps(t, ensure_ascii=False) for t in revealed_tools)
-        out = [dict(m) for m in msgs]
-        first = next((i for i, m in enumerate(out) if m.get("role") == "user"), 0)
-        out[first]["content"] = doc_text + "\n" + str(out[first].get("content") or "")
-        return out
+        return environment.initial_messages(task, messages, self.call_format)
 
     def _tool_messages(self, tool_results: list) -> list[dict]:
         # verl's Continuous Token builder appends only tool/user/system/assistant messages; Llama 3.1's chat
@@ -351,7 +339,7 @@ class BFCLAgentLoopBase(AgentLoopBase):
         if len(ids) > self.prompt_length:
             # verl would left-truncate, which cuts the tool list out of the system prompt: fail loudly instead.
             raise ValueError(
-                f"BFCL prompt of {len(ids)} tokens exceeds rollout.prompt_length={self.prompt_length} "
+                f"prompt of {len(ids)} tokens exceeds rollout.prompt_length={self.prompt_length} "
                 "(data.max_prompt_length); raise it so the task's tool docs fit"
             )
         return list(ids)
@@ -379,11 +367,14 @@ class BFCLAgentLoopBase(AgentLoopBase):
     # -------------------------------------------------------------------------------- the rollout
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
-        from env_wrappers.bfcl.env import BFCLEnv
-        from env_wrappers.bfcl.tasks import load_tasks
         from env_wrappers.observation import empty_cue_stats
+        from env_wrappers.registry import get_environment
 
         task_id = task_id_of(kwargs)
+        env_name = env_name_of(kwargs, self.env_name)
+        environment = get_environment(env_name)
+        if env_name != self.env_name:
+            _check_call_format(env_name, self.call_format)
         row_format = _plain(_row_extra_info(kwargs).get("call_format"))
         if row_format and row_format != self.call_format:
             raise ValueError(
@@ -391,10 +382,10 @@ class BFCLAgentLoopBase(AgentLoopBase):
                 f"agent loop is configured with call_format={self.call_format!r} (agent-loop YAML); use the "
                 "agent-loop file of the backbone the data was prepared for"
             )
-        task = (await self.loop.run_in_executor(None, lambda: load_tasks([task_id])))[task_id]
-        env = BFCLEnv(task, call_format=self.call_format, max_steps_per_turn=self.max_steps_per_turn,
-                      call_timeout_s=self.call_timeout_s)
-        meta: dict[str, Any] = {"agent_loop": self.loop_name, "call_format": self.call_format}
+        task = await self.loop.run_in_executor(None, lambda: environment.load_task(task_id))
+        env = environment.start(task, call_format=self.call_format, max_steps_per_turn=self.max_steps_per_turn,
+                                call_timeout_s=self.call_timeout_s)
+        meta: dict[str, Any] = {"env": env_name, "agent_loop": self.loop_name, "call_format": self.call_format}
         wrapper = await self._make_wrapper(env, kwargs, meta) if self.training else None
         budget = _Budget(self.max_cue_tokens)
         metrics: dict[str, Any] = {}
@@ -406,7 +397,7 @@ class BFCLAgentLoopBase(AgentLoopBase):
         if wrapper is not None:
             first_user = self._apply_cue_budget(budget, wrapper, n_cues, first_user)
             n_cues = len(wrapper.inserted_cues)
-        messages, tools = self._initial_messages(task, first_user)
+        messages, tools = self._initial_messages(environment, task, first_user)
         all_ids = await self._initial_tokens(messages, tools)
         n_prompt = len(all_ids)
 
@@ -485,14 +476,14 @@ class BFCLAgentLoopBase(AgentLoopBase):
             elif result.turn_done and not result.episode_done:
                 turn_index += 1
                 turn_tokens = 0
-                new_msgs = self._reveal_messages(task, env.turn, list(result.next_user or []),
-                                                 list(result.revealed_tools or []))
+                new_msgs = environment.reveal_messages(task, env.turn, list(result.next_user or []),
+                                                       list(result.revealed_tools or []), self.call_format)
             if wrapper is not None and not budget.exhausted:
                 new_msgs = self._apply_cue_budget(budget, wrapper, n_cues, new_msgs)
             if wrapper is not None:
                 n_cues = len(wrapper.inserted_cues)
             if not new_msgs:
-                continue  # episode over (or a turn ended with nothing to show: cannot happen with BFCLEnv)
+                continue  # episode over (or a turn ended with nothing to show)
             previous = list(messages)
             messages.extend(new_msgs)
             merge, new_mask, new_logprobs = await self.ct_merge_context_msg(
@@ -547,48 +538,13 @@ class BFCLAgentLoopBase(AgentLoopBase):
         )
 
 
-def _single_call_synthetic_assistant(builder) -> None:
-    """Make ``builder`` render a group of tool results after a synthetic assistant with ONE tool call.
+def _check_call_format(env_name: str, call_format: str) -> None:
+    from env_wrappers.registry import get_environment
 
-    verl's Continuous Token builder renders appended tool messages as the suffix after a synthetic assistant
-    message carrying one tool call per tool message (``_synthetic_assistant_for_tools``, a documented
-    extension hook). Llama 3.1-style templates raise on an assistant message with more than one tool call,
-    but render each tool message as its own ``ipython`` turn whatever the call count, so one synthetic call
-    gives the same suffix bytes without the exception. Applied to this loop's builder instance only.
-    """
-    original = builder._synthetic_assistant_for_tools
-
-    def synthetic(tool_messages):
-        return original(list(tool_messages)[:1])
-
-    builder._synthetic_assistant_for_tools = synthetic
-
-
-def bfcl_prompt_mode_system_prompt(docs: list[dict]) -> str:
-    """BFCL's default prompt-mode system prompt (``DEFAULT_SYSTEM_PROMPT_FORMAT``: Python call list, no tag,
-    JSON function docs, plain text, classic style) for ``docs``.
-
-    Composed from BFCL's own template strings in ``bfcl_eval.constants.default_prompts`` the way
-    ``bfcl_eval.model_handler.utils.formulate_system_prompt`` composes them; that module itself cannot be
-    imported in the lean install (it needs ``tree_sitter`` for Java/JS parsers that multi-turn never uses).
-    """
-    from bfcl_eval.constants.default_prompts import (
-        OUTPUT_FORMAT_MAPPING,
-        PARAM_TYPE_MAPPING,
-        PROMPT_STYLE_TEMPLATES,
-        PROMPT_TEMPLATE_MAPPING,
-    )
-
-    style = PROMPT_STYLE_TEMPLATES["classic"]
-    return PROMPT_TEMPLATE_MAPPING["plaintext"].format(
-        persona=style["persona"],
-        task=style["task"],
-        tool_call_format=style["tool_call_no_tag"].format(
-            output_format=OUTPUT_FORMAT_MAPPING["python"], param_types=PARAM_TYPE_MAPPING["python"]
-        ),
-        multiturn_behavior=style["multiturn_behavior"],
-        available_tools=style["available_tools"].format(format="json", functions=json.dumps(docs, indent=4)),
-    )
+    formats = get_environment(env_name).call_formats
+    if call_format not in formats:
+        raise ValueError(f"call_format must be one of {', '.join(formats)} for environment {env_name!r}, "
+                         f"got {call_format!r}")
 
 
 def _strip_blocks(content: Any, blocks: list[str]) -> Any:
@@ -619,30 +575,46 @@ def _as_payload(value: Any) -> Optional[dict]:
     raise TypeError(f"unsupported SEAL state source value of type {type(value).__name__}")
 
 
-@register(TRAIN_LOOP)
-class SealBFCLAgentLoop(BFCLAgentLoopBase):
-    """``seal_bfcl``: a BFCL task under the SEAL training interface Omega_t."""
+class SealEnvAgentLoop(EnvAgentLoopBase):
+    """``seal_env``: a task of the row's environment under the SEAL training interface Omega_t."""
 
     training = True
-    loop_name = TRAIN_LOOP
+    loop_name = GENERIC_TRAIN_LOOP
 
 
-@register(EVAL_LOOP)
-class BFCLAgentLoop(BFCLAgentLoopBase):
-    """``bfcl``: a BFCL task with the interface removed (evaluation)."""
+class EnvAgentLoop(EnvAgentLoopBase):
+    """``env``: a task of the row's environment with the interface removed (evaluation)."""
 
     training = False
+    loop_name = GENERIC_EVAL_LOOP
+
+
+class SealBFCLAgentLoop(SealEnvAgentLoop):
+    """``seal_bfcl``: the training loop with BFCL as the default environment."""
+
+    loop_name = TRAIN_LOOP
+    default_env = "bfcl"
+
+
+class BFCLAgentLoop(EnvAgentLoop):
+    """``bfcl``: the evaluation loop with BFCL as the default environment."""
+
     loop_name = EVAL_LOOP
+    default_env = "bfcl"
 
 
 #: name -> class, for the plugin and for tests.
-AGENT_LOOPS = {TRAIN_LOOP: SealBFCLAgentLoop, EVAL_LOOP: BFCLAgentLoop}
+AGENT_LOOPS = {GENERIC_TRAIN_LOOP: SealEnvAgentLoop, GENERIC_EVAL_LOOP: EnvAgentLoop,
+               TRAIN_LOOP: SealBFCLAgentLoop, EVAL_LOOP: BFCLAgentLoop}
+for _name, _cls in AGENT_LOOPS.items():
+    register(_name)(_cls)
 
 
 def register_agent_loops() -> None:
-    """(Re-)register both loops with verl's agent-loop registry (idempotent; called by the plugin)."""
-    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+    """(Re-)register the loops with verl's agent-loop registry (idempotent; called by the plugin)."""
+    from seal_verl.verl_glue.compat import agent_loop_registry
 
+    _agent_loop_registry = agent_loop_registry()
     for name, cls in AGENT_LOOPS.items():
         target = f"{cls.__module__}.{cls.__qualname__}"
         existing = _agent_loop_registry.get(name)

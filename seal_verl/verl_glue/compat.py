@@ -1,26 +1,170 @@
-"""The places where SEAL's trainer glue writes into verl's TransferQueue fields, checked against verl 0.9.1.
+"""Every place seal-verl reaches into verl internals, in one module, checked against the verl it was written for.
 
-verl's V1 trainer keeps a step's rollouts in TransferQueue as jagged (nested) tensors, one row per rollout. verl
-itself rewrites ``response_mask`` there after its advantage computation when rollout correction rejects samples
-(``verl/trainer/ppo/v1/trainer_base.py``, ``PPOTrainer._compute_advantage``); SEAL does the same to keep the
-rollouts whose verification raised out of the update.
+verl 0.9.1 gives documented extension points for most of what SEAL adds (plugins, ``register`` for agent
+loops, ``register_adv_est``, ``register_trainer``, custom reward functions). Where it gives none, the glue goes
+through a function here instead of touching verl's private names itself. Each function names the verl version
+its reach was checked against (:data:`CHECKED_VERL`); :func:`check_verl_version` runs when the plugin registers
+and fails with one clear line on any other version, instead of a confusing error deep in a training step.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import importlib.metadata as _md
+from typing import Any, Callable, Optional
 
-TESTED_VERL = "0.9.1"
+#: The verl release every reach below was read against and exercised with (tests run the real code paths).
+CHECKED_VERL = "0.9.1"
+
+#: What each reach relies on, by function name (shown in the version error, kept next to the code).
+REACHES: dict[str, str] = {
+    "single_call_synthetic_assistant": "ContinuousTokenBuilder._synthetic_assistant_for_tools (private method)",
+    "agent_loop_registry": "verl.experimental.agent_loop.agent_loop._agent_loop_registry (private dict)",
+    "run_as_trainer_mode": "PPOTrainer.trainer_mode compared with 'sync' in trainer_base (attribute set after "
+                           "__init__, replay buffer rebuilt)",
+    "wrap_replay_buffer_sample": "PPOTrainer._validate calls self.replay_buffer.sample(partition_id='val')",
+    "session_of_key": "TransferQueue keys of agent-loop outputs are '<session>_<index>_<output>'",
+    "legacy_trainer_wrappers": "ray_trainer.compute_advantage / compute_data_metrics and RayPPOTrainer."
+                               "_load_checkpoint / _save_checkpoint replaced by name (legacy.py)",
+    "exclude_rows_from_update": "the actor update reads response_mask and advantages of the step's rows from "
+                                "TransferQueue (jagged tensors), as verl's own rollout correction rewrites them",
+}
 
 
-def exclude_rows_from_update(batch, excluded: Sequence[bool]) -> None:
+class VerlVersionError(RuntimeError):
+    """seal-verl's reaches into verl internals met a verl version they were not checked against."""
+
+
+def installed_verl() -> Optional[str]:
+    fn = getattr(_md.version, "__wrapped__", _md.version)
+    try:
+        return fn("verl")
+    except _md.PackageNotFoundError:
+        return None
+
+
+def check_verl_version(lookup: Callable[[], Optional[str]] = installed_verl) -> str:
+    """The installed verl version if it is :data:`CHECKED_VERL`; else raise :class:`VerlVersionError`.
+
+    ``lookup`` exists for tests.
+    """
+    found = lookup()
+    if found != CHECKED_VERL:
+        shown = "verl not installed" if found is None else f"verl=={found}"
+        raise VerlVersionError(
+            f"seal_verl.verl_glue.compat: written for verl=={CHECKED_VERL}, found {shown}; it relies on verl "
+            f"internals ({'; '.join(REACHES.values())}). Install verl=={CHECKED_VERL} or re-check each reach in "
+            "seal_verl/verl_glue/compat.py and update CHECKED_VERL"
+        )
+    return found
+
+
+_CHECKED: Optional[str] = None
+
+
+def require_checked_verl(reach: str) -> None:
+    """Raise :class:`VerlVersionError` unless the installed verl is the checked one (looked up once)."""
+    global _CHECKED
+    if _CHECKED is None:
+        try:
+            _CHECKED = check_verl_version()
+        except VerlVersionError as exc:
+            raise VerlVersionError(f"{reach}: {exc}") from None
+
+
+# ------------------------------------------------------------------------------------------------ agent loops
+
+
+def single_call_synthetic_assistant(builder: Any) -> None:
+    """Make ``builder`` render a group of tool results after a synthetic assistant with ONE tool call.
+
+    verl's Continuous Token builder renders appended tool messages as the suffix after a synthetic assistant
+    message carrying one tool call per tool message (``_synthetic_assistant_for_tools``). Llama 3.1-style
+    templates raise on an assistant message with more than one tool call, but render each tool message as its
+    own ``ipython`` turn whatever the call count, so one synthetic call gives the same suffix bytes without the
+    exception. Applied to this builder instance only.
+    """
+    require_checked_verl("single_call_synthetic_assistant")
+    original = builder._synthetic_assistant_for_tools
+
+    def synthetic(tool_messages):
+        return original(list(tool_messages)[:1])
+
+    builder._synthetic_assistant_for_tools = synthetic
+
+
+def agent_loop_registry() -> dict:
+    """verl's name -> ``{"_target_": ...}`` table of agent loops (``register`` writes it; the plugin
+    re-registers idempotently in every process, which needs the table itself)."""
+    require_checked_verl("agent_loop_registry")
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+
+    return _agent_loop_registry
+
+
+# ------------------------------------------------------------------------------------------------ trainer
+
+
+def run_as_trainer_mode(trainer: Any, base_mode: str) -> None:
+    """Make a registered trainer subclass behave as ``base_mode`` wherever verl compares ``trainer_mode``.
+
+    verl's V1 trainer base compares ``self.trainer_mode`` with ``"sync"`` (replay buffer, TransferQueue
+    checkpointing, dataloader granularity) and sets it from the config, where it names our mode. We report
+    the mode we extend and rebuild what ``__init__`` built from the other value.
+    """
+    require_checked_verl("run_as_trainer_mode")
+    trainer.trainer_mode = base_mode
+    trainer.parameter_sync_step = trainer.config.trainer.v1.get(base_mode, {}).get("parameter_sync_step", 1)
+    trainer.replay_buffer = trainer._build_replay_buffer()
+
+
+class wrap_replay_buffer_sample:
+    """Context manager: while active, ``on_sample(out)`` sees every ``trainer.replay_buffer.sample(...)``
+    result of ``partition_id`` (verl's ``_validate`` samples the validation rollouts there and clears them
+    before returning, so this is the only moment they can be read). The wrapper is an instance attribute,
+    removed on exit."""
+
+    def __init__(self, trainer: Any, partition_id: str, on_sample: Callable[[Any], None]):
+        require_checked_verl("wrap_replay_buffer_sample")
+        self.buffer = trainer.replay_buffer
+        self.partition_id = partition_id
+        self.on_sample = on_sample
+
+    def __enter__(self):
+        original = self.buffer.sample
+
+        def sample(*args, **kwargs):
+            out = original(*args, **kwargs)
+            if kwargs.get("partition_id") == self.partition_id:
+                self.on_sample(out)
+            return out
+
+        self.buffer.sample = sample
+        return self
+
+    def __exit__(self, *exc):
+        del self.buffer.sample
+        return False
+
+
+def session_of_key(key: str) -> Optional[str]:
+    """The agent-loop session of a TransferQueue key ``<session>_<index>_<output>`` (None if not that form)."""
+    require_checked_verl("session_of_key")
+    parts = str(key).rsplit("_", 2)
+    if len(parts) != 3:
+        return None
+    return f"{parts[0]}_{parts[1]}"
+
+
+def exclude_rows_from_update(batch: Any, excluded: Any) -> None:
     """Zero ``response_mask`` and ``advantages`` of the rows marked in ``excluded`` in TransferQueue, so that the
-    actor update (policy loss, KL term, token-mean denominator) ignores them.
+    actor update (policy loss, KL term, token-mean denominator) ignores them. verl's V1 trainer itself rewrites
+    ``response_mask`` there when rollout correction rejects samples (``PPOTrainer._compute_advantage``).
 
     Args:
         batch: the step's ``KVBatchMeta`` (keys in row order).
         excluded: one flag per row of ``batch``.
     """
+    require_checked_verl("exclude_rows_from_update")
     import torch
     import transfer_queue as tq
     from tensordict import TensorDict

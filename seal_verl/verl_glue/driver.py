@@ -267,6 +267,8 @@ def step_row(*, step: int, global_step: int, state_before: Any, state_after: Any
         "active_next": hist.get("active", sorted(k for k, on in state_after.interface.active.items() if on)),
         "prevalence": hist.get("prevalence"),
         "prevalence_ema": hist.get("prevalence_ema"),
+        "rate": hist.get("rate"),
+        "rate_ema": hist.get("rate_ema"),
         "rho": hist.get("rho", dict(state_after.rho)),
         "rho_used": dict(state_before.rho),
         "success_rate": hist.get("success_rate"),

@@ -54,8 +54,11 @@ logger = logging.getLogger(__name__)
 
 METRICS_KEY = "seal_metrics"
 
-#: id(root config) -> SealDriver of that run (one run per process in practice; tests create several).
-_DRIVERS: dict[int, Optional[SealDriver]] = {}
+#: id(root config) -> (that root config, the SealDriver of its run). The legacy trainer has no place to hang
+#: per-run state, so it is kept here; the entry holds the config itself, so its id cannot be reused by another
+#: config while the entry exists, and a lookup checks identity (one run per process in practice; tests create
+#: several).
+_DRIVERS: dict[int, tuple[Any, Optional[SealDriver]]] = {}
 
 
 def _root_of(config: Any) -> Any:
@@ -72,10 +75,14 @@ def _root_of(config: Any) -> Any:
 def driver_for(root: Any, *, create: bool = True) -> Optional[SealDriver]:
     """The ``SealDriver`` of the run whose root config is ``root`` (``None`` when SEAL is not selected)."""
     key = id(root)
-    if key not in _DRIVERS and create:
+    entry = _DRIVERS.get(key)
+    if entry is not None and entry[0] is not root:
+        entry = None  # cannot happen while the entry holds its config; kept as a guard
+    if entry is None and create:
         seal_cfg = check_run_config(root)
-        _DRIVERS[key] = None if seal_cfg is None else SealDriver(seal_cfg, actor=state_actor.actor_coordinates(root))
-    return _DRIVERS.get(key)
+        entry = (root, None if seal_cfg is None else SealDriver(seal_cfg, actor=state_actor.actor_coordinates(root)))
+        _DRIVERS[key] = entry
+    return None if entry is None else entry[1]
 
 
 #: the step whose metrics row is still to be written (compute_advantage -> compute_data_metrics of the same step)
@@ -105,7 +112,7 @@ def _tokenizer(root: Any):
 def _write_run_folder_step(driver: SealDriver, root: Any, data: Any, rows: list[dict], weights, step0: int,
                            grpo: list, excluded: list) -> None:
     """``traces_step_{k}.jsonl`` of a legacy-trainer step; the metrics row follows in compute_data_metrics."""
-    from env_wrappers.observation import HINT_PREFIX
+    from env_wrappers.protocol import CUE_MARKER
 
     batch, ntb = data.batch, data.non_tensor_batch
     n = len(data)
@@ -123,7 +130,7 @@ def _write_run_folder_step(driver: SealDriver, root: Any, data: Any, rows: list[
         hint = None
         if tok is not None and "input_ids" in batch.keys() and att is not None:
             ids = batch["input_ids"][i][att[i].bool()].tolist()
-            hint = HINT_PREFIX.strip() in tok.decode(ids, skip_special_tokens=False)
+            hint = CUE_MARKER in tok.decode(ids, skip_special_tokens=False)
         tokens = None
         if att is not None and resp_len:
             tokens = {"prompt": int(att[i][:-resp_len].sum()), "response": int(att[i][-resp_len:].sum()),
@@ -279,8 +286,15 @@ def _compute_advantage_impl(original, data, adv_estimator, gamma=1.0, lam=1.0, n
 
 
 def install() -> None:
-    """Install the four wrappers (idempotent: an installed wrapper is recognised and kept)."""
+    """Install the four wrappers (idempotent: an installed wrapper is recognised and kept).
+
+    verl's legacy trainer has no hook for any of them, so they replace module functions and methods of
+    ``verl.trainer.ppo.ray_trainer`` by name: checked against the verl version of ``compat``."""
     from verl.trainer.ppo import ray_trainer
+
+    from seal_verl.verl_glue.compat import require_checked_verl
+
+    require_checked_verl("legacy_trainer_wrappers")
 
     if not getattr(ray_trainer.compute_advantage, "__seal_wrapper__", False):
         ray_trainer.compute_advantage = _wrap(ray_trainer.compute_advantage, _compute_advantage_impl)

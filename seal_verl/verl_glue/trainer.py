@@ -37,8 +37,7 @@ import torch
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from seal_verl.verl_glue import compat as seal_compat
-from seal_verl.verl_glue import state_actor
+from seal_verl.verl_glue import compat, state_actor
 from seal_verl.verl_glue.advantage import (
     REQUIRED_FIELDS,
     SealWiringError,
@@ -46,6 +45,7 @@ from seal_verl.verl_glue.advantage import (
     excluded_rows,
     profile_from_extras,
     record_from_extras,
+    row_identities,
     cue_metrics,
     weight_metrics,
     weight_plan,
@@ -84,9 +84,9 @@ def _resolved(cfg):
 
 
 def _cue_marker() -> str:
-    from env_wrappers.observation import HINT_PREFIX
+    from env_wrappers.protocol import CUE_MARKER
 
-    return HINT_PREFIX.strip()
+    return CUE_MARKER
 
 
 def _reward_extras(extra_field) -> dict | None:
@@ -107,9 +107,7 @@ class SealTrainerMixin:
         seal_cfg = check_run_config(config)  # fail fast, before any worker starts
         super().__init__(config)
         # Behave exactly like the base mode wherever verl compares trainer_mode with "sync".
-        self.trainer_mode = self.seal_base_mode
-        self.parameter_sync_step = self.config.trainer.v1.get(self.seal_base_mode, {}).get("parameter_sync_step", 1)
-        self.replay_buffer = self._build_replay_buffer()
+        compat.run_as_trainer_mode(self, self.seal_base_mode)
         self.seal_adv_estimator = estimator_name(self.config.algorithm.adv_estimator)
         self.seal = SealDriver(seal_cfg, actor=state_actor.actor_coordinates(config))
         #: TransferQueue key -> (uid, w, reward extras) of the current step's rollouts (for the run folder)
@@ -118,11 +116,15 @@ class SealTrainerMixin:
     # ------------------------------------------------------------------ advantage
 
     def _seal_read_extras(self, batch):
-        """(uids, extras per row or None for padding rows) of a KVBatchMeta, in ``batch.keys`` order."""
+        """(uids, extras per row or None for padding rows) of a KVBatchMeta, in ``batch.keys`` order. The rows'
+        identities (``advantage.row_identities``) come from the same read and are kept for the weight plan, so
+        the estimator can check that it weights exactly these rows."""
         import transfer_queue as tq
 
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "extra_fields"])
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                               select_fields=["uid", "extra_fields", "response_mask"])
         uids = np.array(_as_list(data["uid"]), dtype=object)
+        self._seal_row_ids = row_identities(uids, data["response_mask"])
         extra_fields = _as_list(data["extra_fields"])
         padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
         rows = []
@@ -166,9 +168,8 @@ class SealTrainerMixin:
     def _seal_check_single_output_sessions(self, batch) -> None:
         sessions: dict[str, int] = {}
         for key in batch.keys:
-            parts = key.rsplit("_", 2)
-            if len(parts) == 3:
-                sk = f"{parts[0]}_{parts[1]}"
+            sk = compat.session_of_key(key)
+            if sk is not None:
                 sessions[sk] = sessions.get(sk, 0) + 1
         multi = [k for k, n in sessions.items() if n > 1]
         if multi:
@@ -200,7 +201,8 @@ class SealTrainerMixin:
         grpo = None
         if self.seal_adv_estimator == SEAL_GRPO:
             self._seal_check_single_output_sessions(batch)
-            plan = WeightPlan(uids=uids, weights=weights, apply_to=self.seal.cfg.weighting.apply_to, exclude=excluded)
+            plan = WeightPlan(uids=uids, weights=weights, apply_to=self.seal.cfg.weighting.apply_to, exclude=excluded,
+                              rows=self.__dict__.pop("_seal_row_ids", None))
             with weight_plan(plan):
                 batch = super()._compute_advantage(batch, metrics=metrics)
             if plan.used == 0:
@@ -209,7 +211,7 @@ class SealTrainerMixin:
         else:
             batch = super()._compute_advantage(batch, metrics=metrics)
         if any(excluded):
-            seal_compat.exclude_rows_from_update(batch, excluded)
+            compat.exclude_rows_from_update(batch, excluded)
 
         if self.seal.run_folder is not None:
             pending = self.__dict__.setdefault("_seal_step_rows", {})
@@ -329,21 +331,9 @@ class SealTrainerMixin:
         folder = self.seal.run_folder
         if folder is None:
             return super()._validate()
-        buffer = self.replay_buffer
-        original = buffer.sample
         captured: list[dict] = []
-
-        def sample(*args, **kwargs):
-            out = original(*args, **kwargs)
-            if kwargs.get("partition_id") == "val":
-                captured.extend(self._seal_val_rows(out[0]))
-            return out
-
-        buffer.sample = sample  # instance attribute: verl's _validate calls self.replay_buffer.sample(...)
-        try:
+        with compat.wrap_replay_buffer_sample(self, "val", lambda out: captured.extend(self._seal_val_rows(out[0]))):
             result = super()._validate()
-        finally:
-            del buffer.sample
         folder.append_val(captured)
         return result
 

@@ -1,0 +1,264 @@
+"""The environment protocol: what a tool environment gives SEAL's agent loop, reward function and dry run.
+
+SEAL's glue (the verl agent loops, the reward function, the dry run) serves any tool environment through two
+small objects, in the spirit of Gymnasium's ``Env`` and tau2-bench's domain / tools / evaluator split:
+
+- an :class:`Environment` (one per environment, registered by name in :mod:`env_wrappers.registry`): loads
+  tasks, builds an :class:`Episode` for one rollout of a task, renders the prompt and the messages of
+  functions revealed later, and verifies a finished trace turn by turn (:class:`Verification`);
+- an :class:`Episode` (one per rollout, never shared): serves the user turns in order, executes one assistant
+  message's tool calls and returns a :class:`StepResult`, says where turns end, and records the
+  :class:`~seal_verl.trace.Trace` that Psi reads.
+
+Which environment serves a dataset row is the row's ``extra_info.env`` (a registered name), or the agent
+loop's own default. The SEAL observation wrapper (:mod:`env_wrappers.observation`) wraps any ``Episode``: it
+only grows observation messages, so the tool semantics stay the environment's.
+
+Nothing here imports verl; an environment may import whatever it needs (BFCL imports bfcl-eval), and SEAL's
+core imports no environment.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Optional, Protocol, runtime_checkable
+
+from env_wrappers.observation import HINT_PREFIX
+from seal_verl.diagnosis import TurnCheck
+from seal_verl.trace import Attempt, Trace
+
+__all__ = ["ToolResult", "StepResult", "Episode", "Environment", "Verification", "TurnCheck",
+           "CUE_MARKER", "CLOSING_TEXT", "ABSTAIN_TEXT", "tool_docs_lines"]
+
+
+@dataclass
+class ToolResult:
+    """One tool response the agent will see: the call it answers and the result or error text."""
+
+    name: str
+    call: str
+    content: str
+    is_error: bool
+
+
+@dataclass
+class StepResult:
+    """What :meth:`Episode.step` and :meth:`Episode.end_turn` return.
+
+    ``tool_results``: responses to show the agent (empty when the turn ended).
+    ``turn_done``: the current user turn is over; ``episode_done``: no further user turn.
+    ``next_user``: the next turn's user messages when ``turn_done`` and not ``episode_done``.
+    ``revealed_tools``: OpenAI-style tools that become available with that next turn.
+    ``attempt``: the trace record of the message just fed (None for :meth:`Episode.end_turn`).
+    ``failed_calls``: call records that could not be executed as calls (for recovery feedback).
+    """
+
+    tool_results: list = field(default_factory=list)
+    turn_done: bool = False
+    episode_done: bool = False
+    next_user: Optional[list] = None
+    revealed_tools: list = field(default_factory=list)
+    attempt: Optional[Attempt] = None
+    failed_calls: list = field(default_factory=list)
+
+
+@runtime_checkable
+class Episode(Protocol):
+    """One rollout of one task. The agent loop calls ``reset`` once, then ``step`` until ``done``.
+
+    Attributes: ``trace`` (the evidence record, filled as the episode runs), ``done``, ``turn`` (index of the
+    current user turn), ``call_format`` (how assistant text encodes calls; read by the observation wrapper).
+    """
+
+    trace: Trace
+    done: bool
+    turn: int
+    call_format: str
+
+    def reset(self) -> list[dict]:
+        """Start the episode; the first turn's user messages (``{"role": "user", "content": str}``)."""
+
+    def step(self, message: str) -> StepResult:
+        """Feed one assistant message: decode its calls, run them, record the attempt in the trace."""
+
+    def end_turn(self, reason: str = "token_budget") -> StepResult:
+        """End the current turn from outside (a token budget); returns like :meth:`step`."""
+
+    def terminate(self, reason: str = "token_budget") -> None:
+        """Stop now; turns never reached are recorded as empty so the trace has one entry per task turn."""
+
+    def tools(self) -> list[dict]:
+        """The OpenAI-style tools offered right now."""
+
+
+@dataclass
+class Verification:
+    """The verifier's view of one finished trace; Psi turns ``checks`` into one label per turn.
+
+    ``valid``: the task passes under the environment's official semantics (what evaluation reports);
+    ``reward_valid``: it passes under the training reward's semantics (e.g. also failing a call where the
+    agent should have abstained); ``checks``: one :class:`TurnCheck` per ground-truth turn.
+    """
+
+    task_id: str
+    category: str
+    valid: bool
+    reward_valid: bool
+    checks: list
+    error_type: str = ""
+
+
+#: A scripted assistant's text answer (it ends a turn: no call in it).
+CLOSING_TEXT = "Done."
+#: A scripted assistant's answer on a turn where it must ask instead of calling.
+ABSTAIN_TEXT = "I cannot do that yet: a required detail or function is missing. Could you provide it?"
+
+#: The marker every cue block starts with (so the trainer can count cue text in rollouts).
+CUE_MARKER = HINT_PREFIX.strip()
+
+
+def tool_docs_lines(tools: list[dict]) -> str:
+    """OpenAI-style tools as one JSON object per line (the form of a Qwen-style ``<tools>`` block)."""
+    return "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+
+
+class Environment:
+    """Base class of a registered environment. Override the methods marked *required*.
+
+    Class attributes: ``name`` (the registry name), ``call_formats`` (the call encodings its episodes decode;
+    the first is the default), ``max_steps_per_turn`` (tool-call steps per user turn before the episode is
+    force-terminated).
+    """
+
+    name: str = ""
+    call_formats: tuple[str, ...] = ("json",)
+    max_steps_per_turn: int = 20
+    #: Task categories in display order (empty: in order of first appearance).
+    categories: tuple[str, ...] = ()
+
+    # ---------------------------------------------------------------------------------------- tasks
+    def load_task(self, task_id: str) -> Any:
+        """*Required.* The task with this id; an unknown id raises ``KeyError`` naming it."""
+        raise NotImplementedError
+
+    def task_ids(self, split: str) -> list[str]:
+        """*Required for the dry run.* Task ids of a split (``train`` or ``eval``), in a fixed order."""
+        raise NotImplementedError
+
+    def category(self, task: Any) -> str:
+        """The task's category (the row's ``data_source``; metrics are reported per category)."""
+        return str(getattr(task, "category", "") or self.name)
+
+    # ---------------------------------------------------------------------------------------- rollout
+    def start(self, task: Any, *, call_format: str, max_steps_per_turn: Optional[int] = None,
+              call_timeout_s: Optional[float] = None) -> Episode:
+        """*Required.* A fresh :class:`Episode` of ``task`` (own state; nothing shared between rollouts)."""
+        raise NotImplementedError
+
+    def initial_messages(self, task: Any, messages: list[dict], call_format: str
+                         ) -> tuple[list[dict], Optional[list[dict]]]:
+        """The prompt: ``(messages, tools)``. ``messages`` are the first user turn (and the loop's system
+        prompt, if any); ``tools`` go to the chat template's ``tools=`` (None when the messages already
+        describe them). Default: the messages unchanged and the tools the first episode turn offers."""
+        return [dict(m) for m in messages], self.start(task, call_format=call_format).tools()
+
+    def reveal_messages(self, task: Any, turn: int, messages: list[dict], revealed_tools: list[dict],
+                        call_format: str) -> list[dict]:
+        """The user messages of ``turn`` when functions are revealed there. The prompt's tool list cannot be
+        re-rendered mid-rollout (the token prefix is fixed), so by default the revealed tools' JSON, one per
+        line, goes in front of the first user message."""
+        if not revealed_tools or not messages:
+            return messages
+        out = [dict(m) for m in messages]
+        first = next((i for i, m in enumerate(out) if m.get("role") == "user"), 0)
+        out[first]["content"] = tool_docs_lines(revealed_tools) + "\n" + str(out[first].get("content") or "")
+        return out
+
+    # ---------------------------------------------------------------------------------------- grading
+    def check_row(self, task: Any, trace: Trace, *, data_source: Any = None, ground_truth: Any = None) -> None:
+        """Raise ``ValueError`` when a dataset row or trace disagrees with the task (wrong category, stale
+        ground truth, a trace with the wrong number of turns). Default: the turn count check only."""
+        n = self.n_turns(task)
+        if n is not None and len(trace.turns) != n:
+            raise ValueError(
+                f"the trace of {trace.task_id} has {len(trace.turns)} turns, the task has {n}; an agent loop "
+                "must record every turn (call terminate() when it stops early)"
+            )
+
+    def n_turns(self, task: Any) -> Optional[int]:
+        """Ground-truth user turns of ``task`` (None: unknown, not checked)."""
+        return None
+
+    def verify(self, task: Any, trace: Trace, *, strict_abstention: bool = True,
+               call_timeout_s: Optional[float] = 10.0) -> Verification:
+        """*Required.* Verify a finished trace: the official verdict, the reward verdict and per-turn checks.
+        Must not execute model text as code, and must not reuse state another check already mutated.
+        ``call_timeout_s``: per-call time limit where the environment has one (None: trusted, inline)."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------------------------------- data
+    def dataset_rows(self, task_ids: list[str], split: str, call_format: str) -> list[dict]:
+        """Parquet rows for verl's ``RLHFDataset`` (``agent_name`` is left for the caller to set). The row's
+        ``extra_info`` names the environment and the task; the prompt is the first user turn."""
+        rows = []
+        for i, task_id in enumerate(task_ids):
+            task = self.load_task(task_id)
+            first = self.start(task, call_format=call_format).reset()
+            rows.append({
+                "data_source": self.category(task),
+                "agent_name": "",
+                "prompt": [{"role": str(m["role"]), "content": str(m["content"])} for m in first],
+                "ability": "tool_use",
+                "reward_model": {"style": "rule", "ground_truth": ""},
+                "extra_info": {"index": i, "task_id": task_id, "env": self.name, "split": split,
+                               "call_format": call_format},
+            })
+        return rows
+
+    def commands(self) -> dict[str, Callable[[Any], int]]:
+        """Subcommands of the ``seal-verl`` command line that work on this environment's own files
+        (``diagnose`` of result files, ``prepare-data``, ...): name -> function of the parsed arguments,
+        returning the exit status. Default: none."""
+        return {}
+
+    # ---------------------------------------------------------------------------------------- scripting
+    # Used only by the dry run and tests, where a scripted assistant stands in for the model.
+    def reference_turns(self, task: Any, call_format: str) -> list[list[str]]:
+        """*Required for the dry run.* Per user turn, assistant messages that solve it; the last of each
+        turn is a text answer (:data:`CLOSING_TEXT`, or :data:`ABSTAIN_TEXT` where the agent must ask)."""
+        raise NotImplementedError
+
+    def failure_turns(self, task: Any, target: str, call_format: str, seed: int) -> Iterator[tuple]:
+        """Proposals ``(kind, turn, turn_messages)`` meant to show the label ``target`` on one turn, most
+        natural first. The dry run keeps a proposal only if the verifier and Psi give exactly that label.
+        Default: a text answer instead of the calls (``missing_tool_call``) and a reference call on a turn
+        where the agent should ask (``spurious_tool_call``)."""
+        reference = self.reference_turns(task, call_format)
+        for k, msgs in enumerate(reference):
+            if target == "missing_tool_call" and len(msgs) > 1:
+                yield "text_only", k, [CLOSING_TEXT]
+            if target == "spurious_tool_call" and msgs == [ABSTAIN_TEXT]:
+                for other in reference:
+                    if len(other) > 1:
+                        yield "call_on_abstention", k, [other[0], CLOSING_TEXT]
+
+    def user_turn_texts(self, task: Any) -> list[str]:
+        """A text of each user turn that appears in the rendered prompt (a scripted assistant finds where it
+        is by looking for them). Default: the first user message of each turn, played with the reference."""
+        episode = self.start(task, call_format=self.call_formats[0], call_timeout_s=None)
+        reference = self.reference_turns(task, self.call_formats[0])
+        texts = [_first_text(episode.reset())]
+        while not episode.done:
+            k = episode.turn
+            for text in list(reference[k] if k < len(reference) else []) + [CLOSING_TEXT]:
+                result = episode.step(text)
+                if result.turn_done:
+                    if result.next_user:
+                        texts.append(_first_text(result.next_user))
+                    break
+        return texts
+
+
+def _first_text(messages: list[dict]) -> str:
+    return next((str(m.get("content") or "") for m in messages if m.get("content")), "")

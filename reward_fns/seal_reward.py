@@ -1,0 +1,211 @@
+"""verl custom reward function for any registered tool environment: verifier score + SEAL labels + profile.
+
+Configure it in verl 0.9.1 with::
+
+    reward.custom_reward_function.path=<repo>/reward_fns/seal_reward.py   # or pkg://reward_fns.seal_reward
+    reward.custom_reward_function.name=compute_score
+    +reward.custom_reward_function.reward_kwargs.strict_abstention=true  # optional (default true)
+    +reward.custom_reward_function.reward_kwargs.dense_credit=false      # optional (default false)
+    +reward.custom_reward_function.reward_kwargs.env=<name>              # optional fallback environment
+
+(``reward_kwargs`` is not in verl's default config, hence the ``+``; in a YAML file it is a plain mapping.)
+verl loads the file with ``verl.trainer.ppo.reward.get_custom_reward_fn`` and merges ``reward_kwargs`` into
+every call. The reward loop's ``naive`` manager calls it once per sample as ``compute_score(data_source=,
+solution_str=, ground_truth=, extra_info=)``, where ``extra_info`` is the parquet row's ``extra_info`` updated
+with the agent loop's ``extra_fields``; the SEAL agent loops put the rollout's trace there
+(``extra_fields["seal_trace"] = trace.to_json()``) and the environment's name in ``trace.meta["env"]``.
+
+The function grades from the trace, never from ``solution_str`` (which also contains the tool observations
+and any cue text). The environment (``trace.meta["env"]``, else the row's ``extra_info.env``, else the
+``env`` option) looks the task up, checks the row against it and verifies the trace
+(:class:`env_wrappers.protocol.Environment`); Psi (:func:`seal_verl.diagnosis.diagnose`) labels the turns
+from the verifier's per-turn checks. Every sample returns the same keys (:data:`RESULT_KEYS`):
+
+- ``score``: the training reward: 1.0 / 0.0 (task passes under the reward semantics); with ``dense_credit``
+  the share of checked turns that pass (1.0 for a passing task);
+- ``acc``: the environment's official verdict, what verl's validation reports per ``data_source``;
+- ``seal_labels`` / ``seal_abstention``: JSON lists (one entry per ground-truth turn) of Psi's labels and of
+  the abstention flags (JSON strings, because ragged per-turn lists cannot be stacked by verl);
+- ``seal_category``, ``seal_task_id``: strings; ``seal_checker_error``: 1.0 if the verifier failed on a
+  turn; ``seal_cue_tokens``: cue tokens in the rollout;
+- ``seal_p_<key>`` for each key of :data:`seal_verl.taxonomy.PROFILE_KEYS`: the trajectory profile p_j(z).
+
+Options (``reward_kwargs``, DESIGN 2.7):
+
+- ``strict_abstention`` (default True): a tool-call attempt on an abstention turn (``spurious_tool_call``)
+  fails the task for ``score``; ``acc`` always keeps the official semantics;
+- ``dense_credit`` (default False): ``score`` = passing checked turns / checked turns for a failing task.
+  Checked turns are turns whose ground truth calls something, plus abstention turns when
+  ``strict_abstention`` is on; ``checker_error`` turns are left out. A failing task never gets 1.0.
+
+Problems are errors, never a silent 0: a missing or malformed trace, an unknown environment or task id, a
+task id or category that disagrees with the trace, a row that disagrees with the environment's data, an
+unknown option.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+from env_wrappers.registry import get_environment
+from seal_verl import taxonomy as tx
+from seal_verl.diagnosis import diagnose
+from seal_verl.profile import trajectory_profile
+from seal_verl.trace import Trace
+
+__all__ = ["compute_score", "grade", "TRACE_KEY", "TASK_ID_KEY", "ENV_KEY", "PROFILE_PREFIX", "RESULT_KEYS",
+           "DEFAULTS"]
+
+#: ``extra_info`` key of the rollout's trace (``Trace.to_json()``), set by the agent loop's extra_fields.
+TRACE_KEY = "seal_trace"
+#: ``extra_info`` key of the task id (written by ``prepare-data``; the trace carries it too).
+TASK_ID_KEY = "task_id"
+#: ``extra_info`` key (and ``trace.meta`` key) naming the row's environment.
+ENV_KEY = "env"
+PROFILE_PREFIX = "seal_p_"
+#: The keys every call returns, in order.
+RESULT_KEYS: tuple[str, ...] = (
+    "score", "acc", "seal_labels", "seal_abstention", "seal_category", "seal_task_id", "seal_checker_error",
+    "seal_cue_tokens",
+) + tuple(PROFILE_PREFIX + k for k in tx.PROFILE_KEYS)
+#: Option defaults (DESIGN 2.7: the training reward fails spurious calls; dense credit is off).
+DEFAULTS: dict[str, bool] = {"strict_abstention": True, "dense_credit": False}
+#: Keyword arguments verl's reward managers may pass that this function does not use.
+_VERL_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
+
+
+def _flag(who: str, name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0"):
+        return value.strip().lower() in ("true", "1")
+    raise ValueError(f"{who}: option {name!r} must be true or false, got {value!r}")
+
+
+def _options(who: str, kwargs: dict) -> dict[str, bool]:
+    unknown = sorted(set(kwargs) - set(DEFAULTS) - _VERL_KWARGS - {ENV_KEY})
+    if unknown:
+        raise ValueError(
+            f"{who}: unknown option(s) {unknown}; allowed reward_kwargs: {', '.join(DEFAULTS)}, {ENV_KEY} "
+            "(reward.custom_reward_function.reward_kwargs)"
+        )
+    return {k: _flag(who, k, kwargs.get(k, v)) for k, v in DEFAULTS.items()}
+
+
+def _load_trace(who: str, extra_info: Any) -> Trace:
+    if not isinstance(extra_info, dict):
+        raise ValueError(
+            f"{who}: extra_info must be a dict carrying {TRACE_KEY!r}, got {type(extra_info).__name__}; "
+            "the reward is computed from the rollout trace, which the SEAL agent loops put in their extra_fields"
+        )
+    raw = extra_info.get(TRACE_KEY)
+    if raw is None:
+        raise KeyError(
+            f"{who}: extra_info has no {TRACE_KEY!r} (keys: {sorted(extra_info)[:20]}). The agent loop "
+            f"must set extra_fields[{TRACE_KEY!r}] = trace.to_json(); rows rolled out by another agent loop "
+            "cannot be graded"
+        )
+    if isinstance(raw, Trace):
+        return raw
+    if hasattr(raw, "item") and getattr(raw, "shape", None) == ():  # a 0-d numpy object array
+        raw = raw.item()
+    if isinstance(raw, (bytes, bytearray)):
+        raw = raw.decode("utf-8")
+    try:
+        data = json.loads(raw) if isinstance(raw, str) else raw
+        if not isinstance(data, dict):
+            raise TypeError(f"expected a JSON object, got {type(data).__name__}")
+        return Trace.from_dict(data)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"{who}: extra_info[{TRACE_KEY!r}] is not a valid trace: {exc}") from exc
+
+
+def _env_name(extra_info: dict, trace: Trace, fallback: Optional[str]) -> str:
+    for value in (trace.meta.get(ENV_KEY), extra_info.get(ENV_KEY), fallback):
+        if hasattr(value, "item") and getattr(value, "shape", None) == ():
+            value = value.item()
+        if value:
+            return str(value)
+    raise KeyError(
+        f"no environment named for this rollout: neither trace.meta[{ENV_KEY!r}] nor extra_info[{ENV_KEY!r}] is "
+        f"set; pass +reward.custom_reward_function.reward_kwargs.{ENV_KEY}=<name>"
+    )
+
+
+def _dense(labels: list[str], abstention: list[bool], strict: bool) -> float:
+    checked = passed = 0
+    for label, abst in zip(labels, abstention):
+        if label == tx.CHECKER_ERROR or (abst and not strict):
+            continue
+        checked += 1
+        passed += label == tx.PASS
+    if not checked:
+        return 0.0
+    # A failing task never earns full credit (possible when every judged turn passes but the rollout was
+    # force-terminated): one turn's worth is withheld.
+    return min(passed, checked - 1) / checked
+
+
+def grade(data_source: Any = None, solution_str: Any = None, ground_truth: Any = None,
+          extra_info: Optional[dict] = None, *, default_env: Optional[str] = None, who: str = "seal_reward",
+          **kwargs: Any) -> dict[str, Any]:
+    """:func:`compute_score` with a fallback environment and the name error messages start with."""
+    opts = _options(who, kwargs)
+    trace = _load_trace(who, extra_info)
+    env = get_environment(_env_name(extra_info, trace, kwargs.get(ENV_KEY) or default_env))
+    task_id = extra_info.get(TASK_ID_KEY) or trace.task_id
+    if hasattr(task_id, "item") and getattr(task_id, "shape", None) == ():
+        task_id = task_id.item()
+    if not task_id:
+        raise KeyError(f"{who}: no task id: neither extra_info[{TASK_ID_KEY!r}] nor the trace names one")
+    task_id = str(task_id)
+    if trace.task_id and trace.task_id != task_id:
+        raise ValueError(f"{who}: extra_info task_id {task_id!r} differs from the trace's {trace.task_id!r}")
+    try:
+        task = env.load_task(task_id)
+        env.check_row(task, trace, data_source=data_source, ground_truth=ground_truth)
+    except KeyError as exc:
+        raise KeyError(f"{who}: {exc.args[0] if exc.args else exc}") from exc
+    except ValueError as exc:
+        raise ValueError(f"{who}: {exc}") from exc
+
+    v = env.verify(task, trace, strict_abstention=opts["strict_abstention"])
+    diagnosis = diagnose(trace, v.checks)
+    labels = list(diagnosis.labels)
+    abstention = [bool(a) for a in diagnosis.abstention]
+    if v.reward_valid:
+        score = 1.0
+    elif opts["dense_credit"]:
+        score = _dense(labels, abstention, opts["strict_abstention"])
+    else:
+        score = 0.0
+    profile = trajectory_profile(labels, abstention)
+    out: dict[str, Any] = {
+        "score": float(score),
+        "acc": float(bool(v.valid)),
+        "seal_labels": json.dumps(labels),
+        "seal_abstention": json.dumps(abstention),
+        "seal_category": str(v.category),
+        "seal_task_id": task_id,
+        "seal_checker_error": float(tx.CHECKER_ERROR in labels),
+        # Cue tokens the training interface added to this rollout (0 without cues): carried to the trainer
+        # with the labels so that it can log cue cost per step.
+        "seal_cue_tokens": float((trace.meta.get("cues") or {}).get("tokens", 0) or 0),
+    }
+    for key in tx.PROFILE_KEYS:
+        out[PROFILE_PREFIX + key] = float(profile[key])
+    return out
+
+
+def compute_score(data_source: Any = None, solution_str: Any = None, ground_truth: Any = None,
+                  extra_info: Optional[dict] = None, **kwargs: Any) -> dict[str, Any]:
+    """Grade one rollout of any registered environment from its trace (see the module docstring).
+
+    Raises:
+        KeyError: no trace, an unknown environment, or an unknown task id.
+        ValueError: a malformed trace, inconsistent ids / category / ground truth, or a bad option.
+    """
+    return grade(data_source, solution_str, ground_truth, extra_info, **kwargs)

@@ -1,0 +1,298 @@
+"""A second tool environment, written only against ``env_wrappers.protocol``: a tiny shopping cart.
+
+It exists to prove that an environment is one folder: tasks in ``tasks.json`` (four tools with JSON schemas,
+a cart as state, per-turn ground truth), an :class:`Episode` that decodes Qwen-style ``<tool_call>`` JSON and
+runs the calls on its own cart, and a verifier that checks every turn from the ground-truth state at its start
+(state and response checks, abstention turns). It touches nothing under ``seal_verl/`` beyond the trace and
+check records every environment fills in. ``docs/add_an_environment.md`` walks through it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Optional
+
+from env_wrappers.protocol import ABSTAIN_TEXT, CLOSING_TEXT, Environment, StepResult, ToolResult, Verification
+from seal_verl.diagnosis import TurnCheck
+from seal_verl.trace import (PARSE_BAD_STRUCTURE, PARSE_BAD_SYNTAX, PARSE_OK, Attempt, CallRecord, Trace,
+                             TurnTrace)
+
+DATA = json.loads((Path(__file__).parent / "tasks.json").read_text())
+TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_TYPES = {"string": str, "integer": int, "object": dict}
+
+
+# ------------------------------------------------------------------------------------------------ the tools
+
+
+class Cart:
+    """The domain state. Each public method is a tool; a bad call raises ``ValueError`` (shown as an error)."""
+
+    def __init__(self, prices: dict):
+        self.prices = dict(prices)
+        self.items: dict[str, int] = {}
+        self.paid_with: Optional[str] = None
+
+    def state(self) -> dict:
+        return {"items": dict(sorted(self.items.items())), "paid_with": self.paid_with}
+
+    def add_item(self, item: str, qty: int) -> str:
+        if item not in self.prices:
+            raise ValueError(f"unknown item {item!r}")
+        if not isinstance(qty, int) or qty < 1:
+            raise ValueError("qty must be a positive integer")
+        self.items[item] = self.items.get(item, 0) + qty
+        return f"cart: {json.dumps(self.state()['items'])}"
+
+    def remove_item(self, item: str) -> str:
+        if item not in self.items:
+            raise ValueError(f"{item!r} is not in the cart")
+        del self.items[item]
+        return f"cart: {json.dumps(self.state()['items'])}"
+
+    def cart_total(self) -> str:
+        return str(sum(self.prices[i] * q for i, q in self.items.items()))
+
+    def checkout(self, payment: str) -> str:
+        if not self.items:
+            raise ValueError("the cart is empty")
+        self.paid_with = payment
+        return f"paid {self.cart_total()} by {payment}"
+
+    def run(self, name: str, arguments: dict) -> tuple[str, bool]:
+        """(result text, is_error). Dispatch only to the four tool names: model text never picks code."""
+        if name not in TOOL_NAMES:
+            return f"Error: no tool named {name!r}", True
+        try:
+            return getattr(self, name)(**arguments), False
+        except (TypeError, ValueError) as exc:
+            return f"Error: {exc}", True
+
+
+TOOL_NAMES = tuple(t["name"] for t in DATA["tools"])
+SCHEMAS = {t["name"]: t["parameters"] for t in DATA["tools"]}
+
+
+def schema_errors(name: str, arguments: dict) -> list[str]:
+    schema = SCHEMAS.get(name, {})
+    props = schema.get("properties", {})
+    errors = [f"missing required parameter {p}" for p in schema.get("required", []) if p not in arguments]
+    for key, value in arguments.items():
+        spec = props.get(key)
+        if spec is None:
+            errors.append(f"unknown parameter {key}")
+            continue
+        want = _TYPES.get(spec.get("type"))
+        if want is not None and (not isinstance(value, want) or isinstance(value, bool)):
+            errors.append(f"{key}: expected {spec['type']}")
+        elif "enum" in spec and value not in spec["enum"]:
+            errors.append(f"{key}: must be one of {spec['enum']}")
+    return errors
+
+
+def render_call(call: dict) -> str:
+    """A ground-truth or scripted call as the model writes it (Qwen-style JSON)."""
+    return "<tool_call>\n" + json.dumps(call) + "\n</tool_call>"
+
+
+def _canonical(name: str, arguments: dict) -> str:
+    return name + "(" + json.dumps(arguments, sort_keys=True) + ")"
+
+
+# ------------------------------------------------------------------------------------------------ tasks
+
+
+class ShopTask:
+    def __init__(self, raw: dict):
+        self.id = raw["id"]
+        self.category = raw["category"]
+        self.turns = list(raw["turns"])
+        self.ground_truth = [list(t) for t in raw["ground_truth"]]
+
+
+TASKS = {t["id"]: ShopTask(t) for t in DATA["tasks"]}
+
+
+def openai_tools() -> list[dict]:
+    return [{"type": "function", "function": dict(t)} for t in DATA["tools"]]
+
+
+# ------------------------------------------------------------------------------------------------ an episode
+
+
+class ShopEpisode:
+    """One rollout: user turns in order; a message without a ``<tool_call>`` ends the turn."""
+
+    def __init__(self, task: ShopTask, call_format: str = "json", max_steps_per_turn: int = 8):
+        self.task = task
+        self.call_format = call_format
+        self.max_steps_per_turn = max_steps_per_turn
+        self.cart = Cart(DATA["prices"])
+        self.trace = Trace(task_id=task.id, category=task.category)
+        self.turn = -1
+        self.steps = 0
+        self.done = False
+
+    def tools(self) -> list[dict]:
+        return openai_tools()
+
+    def _begin(self, k: int) -> list[dict]:
+        self.turn, self.steps = k, 0
+        self.trace.turns.append(TurnTrace(index=k))
+        return [{"role": "user", "content": self.task.turns[k]}]
+
+    def reset(self) -> list[dict]:
+        if self.turn != -1:
+            raise RuntimeError("reset() called twice")
+        return self._begin(0)
+
+    def _end(self, reason: str, result: StepResult) -> StepResult:
+        tt = self.trace.turns[-1]
+        tt.ended_by, tt.ended_with_text = reason, reason == "text"
+        result.turn_done = True
+        if self.turn + 1 >= len(self.task.turns) or reason == "step_limit":
+            self._finish(forced=reason == "step_limit")
+            result.episode_done = True
+        else:
+            result.next_user = self._begin(self.turn + 1)
+        return result
+
+    def _finish(self, forced: bool) -> None:
+        self.done = True
+        self.trace.force_terminated = forced
+        for k in range(len(self.trace.turns), len(self.task.turns)):
+            self.trace.turns.append(TurnTrace(index=k, ended_by="episode_end"))
+
+    def step(self, message: str) -> StepResult:
+        if self.done:
+            raise RuntimeError("episode is over")
+        calls = [decode_block(b) for b in TOOL_CALL.findall(message)]
+        attempt = Attempt(text=message[:4000], calls=calls)
+        self.trace.turns[-1].attempts.append(attempt)
+        result = StepResult(attempt=attempt, failed_calls=[c for c in calls if not c.parsed])
+        if not calls:
+            return self._end("text", result)
+        for rec in calls:
+            if not rec.parsed:
+                continue
+            rec.known = rec.available = rec.name in TOOL_NAMES
+            rec.schema_errors = schema_errors(rec.name, rec.arguments) if rec.known else []
+            rec.result, rec.is_error = self.cart.run(rec.name, rec.arguments)
+            rec.executed = rec.known
+            result.tool_results.append(ToolResult(name=rec.name, call=rec.call, content=rec.result,
+                                                  is_error=rec.is_error))
+        if not result.tool_results:
+            return self._end("parse_error", result)
+        self.steps += 1
+        if self.steps > self.max_steps_per_turn:
+            return self._end("step_limit", result)
+        return result
+
+    def end_turn(self, reason: str = "token_budget") -> StepResult:
+        return self._end(reason, StepResult())
+
+    def terminate(self, reason: str = "token_budget") -> None:
+        if not self.done:
+            self.trace.turns[-1].ended_by = self.trace.turns[-1].ended_by or reason
+            self._finish(False)
+
+
+def decode_block(text: str) -> CallRecord:
+    raw = text.strip()
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        return CallRecord(raw=raw[:500], parse_status=PARSE_BAD_SYNTAX, parse_error=str(exc))
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not isinstance(
+            data.get("arguments", {}), dict):
+        return CallRecord(raw=raw[:500], parse_status=PARSE_BAD_STRUCTURE, parse_error="expected {name, arguments}")
+    args = data.get("arguments", {})
+    return CallRecord(raw=raw[:500], parse_status=PARSE_OK, name=data["name"], arguments=args,
+                      call=_canonical(data["name"], args))
+
+
+# ------------------------------------------------------------------------------------------------ the environment
+
+
+class ShopEnvironment(Environment):
+    """The shopping-cart environment, registered by the tests as ``mock_shop``."""
+
+    name = "mock_shop"
+    call_formats = ("json",)
+    max_steps_per_turn = 8
+
+    def load_task(self, task_id: str) -> ShopTask:
+        if task_id not in TASKS:
+            raise KeyError(f"unknown mock_shop task id {task_id!r}")
+        return TASKS[task_id]
+
+    def task_ids(self, split: str) -> list[str]:
+        return list(DATA["split"][split])
+
+    def start(self, task, *, call_format, max_steps_per_turn=None, call_timeout_s=None) -> ShopEpisode:
+        return ShopEpisode(task, call_format, max_steps_per_turn or self.max_steps_per_turn)
+
+    def initial_messages(self, task, messages, call_format):
+        return [dict(m) for m in messages], openai_tools()
+
+    def n_turns(self, task) -> int:
+        return len(task.turns)
+
+    def verify(self, task: ShopTask, trace: Trace, *, strict_abstention: bool = True,
+               call_timeout_s: Optional[float] = None) -> Verification:
+        """Each turn from the ground-truth state at its start: the model's calls of the turn on one copy, the
+        ground truth's on another; the states must match and every ground-truth result must be among the
+        model's results. Up to the first failure this is the cumulative judgement (the states were equal)."""
+        gt_cart = Cart(DATA["prices"])
+        checks, valid, reward_valid = [], True, not trace.force_terminated
+        for turn, gt_calls in zip(trace.turns, task.ground_truth):
+            model_cart = copy.deepcopy(gt_cart)
+            model_results = [model_cart.run(c.name, c.arguments)[0] for a in turn.attempts for c in a.calls
+                             if c.parsed]
+            gt_results = [gt_cart.run(c["name"], c["arguments"])[0] for c in gt_calls]
+            attempted = any(a.calls for a in turn.attempts)
+            if not gt_calls:
+                checks.append(TurnCheck(abstention=True, passed=True))
+                reward_valid &= not (strict_abstention and attempted)
+                continue
+            state_ok = model_cart.state() == gt_cart.state()
+            response_ok = not (Counter(gt_results) - Counter(model_results))
+            passed = state_ok and response_ok
+            checks.append(TurnCheck(abstention=False, passed=passed, state_ok=state_ok, response_ok=response_ok,
+                                    gt_functions=[c["name"] for c in gt_calls]))
+            valid &= passed
+        valid &= not trace.force_terminated
+        return Verification(task_id=task.id, category=task.category, valid=valid, reward_valid=valid and reward_valid,
+                            checks=checks)
+
+    # ---------------------------------------------------------------------------------------- scripting
+    def reference_turns(self, task: ShopTask, call_format: str) -> list[list[str]]:
+        return [["\n".join(render_call(c) for c in calls), CLOSING_TEXT] if calls else [ABSTAIN_TEXT]
+                for calls in task.ground_truth]
+
+    def failure_turns(self, task: ShopTask, target: str, call_format: str, seed: int):
+        for k, calls in enumerate(task.ground_truth):
+            if not calls:
+                continue
+            first = calls[0]
+            if target == "invalid_tool_call":
+                yield "bad_syntax", k, ['<tool_call>\n{"name": "' + first["name"] + '", \n</tool_call>']
+            elif target == "argument_mismatch":
+                args = {key: "zz" for key in first["arguments"]} or {"zz": 1}
+                bad = [{"name": first["name"], "arguments": args}] + calls[1:]
+                yield "wrong_value", k, ["\n".join(render_call(c) for c in bad), CLOSING_TEXT]
+            elif target == "state_mismatch":
+                names = {c["name"] for c in calls}
+                for extra in ({"name": "add_item", "arguments": {"item": "tea", "qty": 1}},
+                              {"name": "remove_item", "arguments": {"item": first["arguments"].get("item", "tea")}},
+                              {"name": "checkout", "arguments": {"payment": "card"}}):
+                    if extra["name"] not in names:
+                        yield "extra_call", k, ["\n".join(render_call(c) for c in calls + [extra]), CLOSING_TEXT]
+            elif target == "recovery_failure":
+                failing = {"name": "add_item", "arguments": {"item": "tea", "qty": 0}}  # valid schema, raises
+                yield "error_not_recovered", k, [render_call(failing), CLOSING_TEXT]
+        yield from super().failure_turns(task, target, call_format, seed)
