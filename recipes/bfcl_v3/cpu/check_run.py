@@ -10,12 +10,16 @@ What is checked (the variant's switches come from the run's config.json):
 - ``steps``: metrics.jsonl has one row per training step, consecutive global steps (``--steps``: the last one),
   each with SEAL's metrics (``seal/step``, ``seal/weight/mean``, ``seal/prevalence/*``, ``seal/rho/*``, ...), and
   the console log (main_ppo.log) printed ``seal/`` metrics on each step's line;
-- ``state``: ``state_step_{k}.json`` exists for every step, ``step`` advanced by one per training step, the
-  history grew by one row per step and its last row is the step's logged C_t;
-- ``weights``: with reweighting, each rollout's w equals clip(sum_z p(z) rho(z)) recomputed from its labels and
-  rho_t of the state before the step, rollouts whose profiles weigh differently got different w, w differs from
-  1 wherever the recomputed weight does, and the logged advantage equals w times verl's GRPO advantage of the
-  rollout's group; without reweighting every w is 1;
+- ``state``: ``state_step_{k}.json`` exists for every global step k, its ``step`` is k, the history grew by one
+  row per step and its last row is the step's logged C_t;
+- ``weights``: recomputed from the run folder alone (rewards, group ids, labels, the rho the step used): each
+  rollout's w equals clip(sum_z p(z) rho(z)) of its own labels (w != 1 wherever that differs from 1; every w is 1
+  without reweighting); the GRPO advantage before weighting equals verl's group normalisation of the rewards
+  (``(r - mean) / (std + 1e-6)`` over the group, rollouts whose verification raised left out); and the
+  advantage the update used equals w x that value on every response token (min and max over the tokens).
+  This fails if the weighting was skipped, if weights were applied to the wrong rollouts, or if they were
+  applied before the group normalisation. With ``--min-nonzero`` (default 0.25) at least that share of each
+  step's rollouts must have a non-zero GRPO advantage (a run with learning signal; 0 for a random model);
 - ``cues``: with the environment side, training rollouts (``seal_bfcl`` loop) carry cue text (the ``[hint]``
   marker decoded from their tokens) and cue tokens exactly when the interface was active and inserted cues;
   without it none carries any; validation rollouts (``bfcl`` loop, at least one validation) never carry a cue;
@@ -50,6 +54,7 @@ SYNC_PEARSON_MIN = 0.9     # Pearson of near-uniform probabilities (a random mod
 SYNC_KL_FRACTION = 0.1
 W_TOL = 1e-4
 ADV_TOL = 2e-3
+MIN_NONZERO = 0.25
 TRAIN_LOOP = "seal_bfcl"
 EVAL_LOOP = "bfcl"
 
@@ -144,8 +149,8 @@ def check_steps(run: Run, rep: Report, last_step: Optional[int]) -> None:
         missing = [k for k in SEAL_KEYS if k not in m] + [p + "*" for p in SEAL_PREFIXES if not any(k.startswith(p) for k in m)]
         if missing:
             problems.append(f"step {r['global_step']}: no {', '.join(missing)}")
-        if int(r["step"]) != int(r["global_step"]) - 1:
-            problems.append(f"row step {r['step']} != global_step - 1 ({r['global_step']})")
+        if int(r["step"]) != int(r["global_step"]):
+            problems.append(f"row step {r['step']} != global_step {r['global_step']}")
     if run.log is not None:
         for g in gs:
             line = next((ln for ln in run.log.splitlines() if re.search(rf"\bstep:{g} - ", ln)), None)
@@ -160,15 +165,15 @@ def check_steps(run: Run, rep: Report, last_step: Optional[int]) -> None:
 def check_state(run: Run, rep: Report) -> None:
     problems = [] if run.metrics else ["no training step in metrics.jsonl"]
     for r in run.metrics:
-        k = int(r["step"])
+        k = int(r["global_step"])
         st = run.states.get(k)
         if st is None:
             problems.append(f"no state_step_{k}.json")
             continue
-        if int(st["step"]) != k + 1:
-            problems.append(f"state_step_{k}.json has step {st['step']}, expected {k + 1}")
-        if len(st.get("history", [])) != k + 1:
-            problems.append(f"state_step_{k}.json history has {len(st.get('history', []))} rows, expected {k + 1}")
+        if int(st["step"]) != k:
+            problems.append(f"state_step_{k}.json has step {st['step']}, expected {k}")
+        if len(st.get("history", [])) != k:
+            problems.append(f"state_step_{k}.json history has {len(st.get('history', []))} rows, expected {k}")
         elif st["history"][-1].get("prevalence") != r.get("prevalence"):
             problems.append(f"state_step_{k}.json last history row is not step {k}'s logged C_t")
         prev = run.states.get(k - 1)
@@ -176,21 +181,19 @@ def check_state(run: Run, rep: Report) -> None:
             problems.append(f"state_step_{k}.json equals state_step_{k - 1}.json")
     ks = sorted(run.states) or [None]
     rep.add("state", not problems, "; ".join(problems) or
-            f"state_step_{ks[0]}..{ks[-1]}.json: step advanced 1 per training step, history +1 row per step")
+            f"state_step_{ks[0]}..{ks[-1]}.json: step = global step, history +1 row per step")
 
 
 def _rho_before(run: Run, k: int, parent: Optional[Run]) -> Optional[dict]:
+    """rho the weights of global step ``k`` used: the metrics row's ``rho_used``, else the state before."""
+    row = next((r for r in run.metrics if int(r["global_step"]) == k), None)
+    if row is not None and row.get("rho_used"):
+        return row["rho_used"]
+    before = run.states.get(k - 1) or (parent.states.get(k - 1) if parent is not None else None)
+    if before is not None:
+        return before.get("rho")
     st = run.states.get(k)
-    if st is None:
-        return None
-    hist = st.get("history") or []
-    if k == 0:
-        return st.get("base_rho")
-    if len(hist) >= k:
-        return hist[k - 1].get("rho")
-    if parent is not None and (k - 1) in parent.states:
-        return parent.states[k - 1].get("rho")
-    return None
+    return st.get("base_rho") if st is not None and k == 1 else None
 
 
 def _grpo_advantages(rewards: list[float], eps: float = 1e-6) -> list[float]:
@@ -202,58 +205,85 @@ def _grpo_advantages(rewards: list[float], eps: float = 1e-6) -> list[float]:
     return [(r - mean) / (std + eps) for r in rewards]
 
 
-def check_weights(run: Run, rep: Report, parent: Optional[Run]) -> None:
+def check_weights(run: Run, rep: Report, parent: Optional[Run], min_nonzero: float = 0.0) -> None:
     from seal_verl.profile import trajectory_profile
     from seal_verl.weighting import trajectory_weight
 
     wcfg = run.weighting
     reweighting = bool(run.switches.get("reweighting"))
+    apply_to = wcfg.get("apply_to", "all") if reweighting else "all"
     problems: list[str] = [] if run.metrics else ["no training step in metrics.jsonl"]
-    n_rows = n_not1 = n_adv = n_nonzero_adv = 0
+    n_rows = n_not1 = n_tok = n_nonzero = n_excluded = 0
+    shares = []
     for r in run.metrics:
-        k = int(r["step"])
+        k = int(r["global_step"])
         rows = run.traces.get(k)
         if not rows:
             problems.append(f"no traces_step_{k}.jsonl")
             continue
-        rho = _rho_before(run, k, parent)
+        rho = _rho_before(run, k, parent) if reweighting else None
+        if reweighting and rho is None:
+            problems.append(f"step {k}: the rho the step used is unknown")
+            continue
         groups: dict[str, list[dict]] = defaultdict(list)
+        step_nonzero = 0
         for row in rows:
             n_rows += 1
-            groups[row["uid"]].append(row)
+            if not row.get("excluded"):
+                groups[row["uid"]].append(row)
             w = float(row["w"])
             if not reweighting:
-                if w != 1.0:
-                    problems.append(f"step {k} {row['task_id']}: w={w} without reweighting")
-                continue
-            if rho is None:
-                problems.append(f"step {k}: rho_t unknown")
-                break
-            p = trajectory_profile(row["labels"], row["abstention"])
-            warm = k < int(wcfg.get("warmup_steps", 0) or 0)
-            expected = 1.0 if warm else trajectory_weight(p, rho, float(wcfg.get("w_min", 0.5)), float(wcfg.get("w_max", 2.0)))
+                expected = 1.0
+            else:
+                p = trajectory_profile(row["labels"], row["abstention"])
+                warm = k - 1 < int(wcfg.get("warmup_steps", 0) or 0)
+                expected = 1.0 if warm else trajectory_weight(p, rho, float(wcfg.get("w_min", 0.5)),
+                                                               float(wcfg.get("w_max", 2.0)))
             if abs(w - expected) > W_TOL:
                 problems.append(f"step {k} {row['task_id']}: w={w:.5f}, recomputed {expected:.5f} from labels {row['labels']}")
-            if abs(expected - 1.0) > W_TOL and abs(w - 1.0) <= W_TOL / 10:
-                problems.append(f"step {k} {row['task_id']}: w=1 although the labels weigh {expected:.4f}")
             n_not1 += abs(w - 1.0) > W_TOL
-        # advantage = w * GRPO advantage of the group (apply_to=all)
-        if (wcfg.get("apply_to", "all") == "all") or not reweighting:
-            for uid, members in groups.items():
-                adv = _grpo_advantages([float(m["reward"]) for m in members])
-                for m, a in zip(members, adv):
-                    if m.get("advantage") is None:
-                        continue
-                    n_adv += 1
-                    n_nonzero_adv += abs(float(m["advantage"])) > 1e-6
-                    want = float(m["w"]) * a
-                    if abs(float(m["advantage"]) - want) > ADV_TOL * max(1.0, abs(want)):
-                        problems.append(f"step {k} {m['task_id']}: advantage {m['advantage']:.4f}, expected w*A = {want:.4f}")
+            row["_w_expected"] = expected
+        for uid, members in groups.items():
+            for m, a in zip(members, _grpo_advantages([float(m["reward"]) for m in members])):
+                m["_grpo_expected"] = a
+        for row in rows:
+            if row.get("excluded"):
+                n_excluded += 1
+                if row.get("advantage_range") is not None:
+                    problems.append(f"step {k} {row['task_id']}: excluded (checker error) but in the update")
+                continue
+            a = row.get("_grpo_expected", 0.0)
+            step_nonzero += abs(a) > 1e-6
+            if "grpo_advantage" not in row or row["grpo_advantage"] is None:
+                problems.append(f"step {k} {row['task_id']}: no grpo_advantage in the traces row")
+                continue
+            if abs(float(row["grpo_advantage"]) - a) > ADV_TOL * max(1.0, abs(a)):
+                problems.append(f"step {k} {row['task_id']}: GRPO advantage {row['grpo_advantage']:.4f}, recomputed "
+                                f"{a:.4f} from the group's rewards")
+            scale = row["_w_expected"] if (apply_to == "all" or (apply_to == "positive" and a > 0)
+                                           or (apply_to == "negative" and a < 0)) else 1.0
+            want = scale * a
+            rng = row.get("advantage_range")
+            if rng is None:
+                problems.append(f"step {k} {row['task_id']}: no response token with mask 1 (advantage_range missing)")
+                continue
+            n_tok += 1
+            if any(abs(float(x) - want) > ADV_TOL * max(1.0, abs(want)) for x in rng):
+                problems.append(f"step {k} {row['task_id']}: advantage on the response tokens {rng[0]:.4f}..{rng[1]:.4f}, "
+                                f"expected w x A = {row['_w_expected']:.4f} x {a:.4f} = {want:.4f}")
+        share = step_nonzero / max(1, len(rows))
+        shares.append(share)
+        n_nonzero += step_nonzero
+        if share < min_nonzero:
+            problems.append(f"step {k}: {step_nonzero}/{len(rows)} rollouts with a non-zero GRPO advantage "
+                            f"(< {min_nonzero:.0%}: no learning signal)")
     if reweighting and n_rows and n_not1 == 0:
         problems.append("reweighting is on but every w is 1")
-    detail = (f"{n_rows} rollouts; " + (f"{n_not1} with w != 1, every w = clip(sum p*rho_t) of its labels" if reweighting
+    detail = (f"{n_rows} rollouts; " + (f"{n_not1} with w != 1, every w = clip(sum p*rho_t) of its own labels" if reweighting
                                         else "reweighting off: every w = 1")
-              + f"; advantage = w x GRPO advantage for {n_adv} rollouts ({n_nonzero_adv} non-zero)")
+              + f"; advantage = w x GRPO advantage on every response token of {n_tok} rollouts, {n_nonzero} with a "
+                f"non-zero GRPO advantage (per step {', '.join(f'{x:.0%}' for x in shares)})"
+              + (f"; {n_excluded} excluded (checker error)" if n_excluded else ""))
     rep.add("weights", not problems, "; ".join(problems[:6]) + (f" (+{len(problems) - 6} more)" if len(problems) > 6 else "") or detail)
 
 
@@ -340,15 +370,15 @@ def check_resume(run: Run, rep: Report, parent: Run) -> None:
         problems.append(f"config.json resumed_from_step {run.config.get('resumed_from_step')}, parent ended at {n}")
     if not run.metrics or int(run.metrics[0]["global_step"]) != n + 1:
         problems.append(f"first step {run.metrics[0]['global_step'] if run.metrics else None}, expected {n + 1}")
-    final = parent.states.get(n - 1)
+    final = parent.states.get(n)
     ckpt = os.path.join(parent.path, "checkpoints", f"global_step_{n}", "seal_state.json")
     if final is None:
-        problems.append(f"parent has no state_step_{n - 1}.json")
+        problems.append(f"parent has no state_step_{n}.json")
     elif os.path.exists(ckpt):
         with open(ckpt) as f:
             saved = json.load(f)
         if saved.get("state") != final:
-            problems.append(f"{ckpt} differs from the parent's state_step_{n - 1}.json")
+            problems.append(f"{ckpt} differs from the parent's state_step_{n}.json")
     else:
         problems.append(f"no {ckpt}")
     if final is not None and run.metrics:
@@ -357,14 +387,14 @@ def check_resume(run: Run, rep: Report, parent: Run) -> None:
         if first.get("active_during") != active:
             problems.append(f"first resumed step ran under {first.get('active_during')}, parent's final interface {active}")
         if run.switches.get("env_side"):
-            for row in run.traces.get(int(first["step"]), []):
+            for row in run.traces.get(int(first["global_step"]), []):
                 if sorted(row.get("interface_active") or []) != active:
                     problems.append(f"rollout {row['task_id']} saw interface {row.get('interface_active')}, expected {active}")
                     break
-        st = run.states.get(int(first["step"]))
+        st = run.states.get(int(first["global_step"]))
         if st is not None and st.get("history", [])[:n] != final.get("history"):
             problems.append("the resumed run's closed-loop history does not continue the parent's")
-        rho_first = _rho_before(run, int(first["step"]), parent)
+        rho_first = _rho_before(run, int(first["global_step"]), parent)
         if rho_first is None or any(abs(float(rho_first.get(z, math.inf)) - float(v)) > W_TOL
                                     for z, v in final["rho"].items()):
             problems.append(f"rho of the first resumed step {rho_first} is not the parent's final rho {final['rho']}")
@@ -377,14 +407,14 @@ def check_resume(run: Run, rep: Report, parent: Run) -> None:
 
 
 def check_run(path: str, steps: Optional[int] = None, resumed_from: Optional[str] = None,
-              require_moving_weights: bool = False) -> Report:
+              require_moving_weights: bool = False, min_nonzero: float = 0.0) -> Report:
     run = Run(path)
     parent = Run(resumed_from) if resumed_from else None
     rep = Report()
     check_exit(run, rep)
     check_steps(run, rep, steps)
     check_state(run, rep)
-    check_weights(run, rep, parent)
+    check_weights(run, rep, parent, min_nonzero)
     check_cues(run, rep)
     check_sync(run, rep, require_moving_weights)
     if parent is not None:
@@ -399,9 +429,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--resumed-from", default=None, help="run dir of the run this one resumed from")
     p.add_argument("--require-moving-weights", action="store_true",
                    help="also require non-zero gradients and a growing KL to the reference (a run with learning signal)")
+    p.add_argument("--min-nonzero", type=float, default=MIN_NONZERO,
+                   help="least share of each step's rollouts with a non-zero GRPO advantage (default: %(default)s; "
+                        "0 for a run of the random model, which never passes a task)")
     p.add_argument("--json", default=None, help="also write the results here")
     args = p.parse_args(argv)
-    rep = check_run(args.run_dir, args.steps, args.resumed_from, args.require_moving_weights)
+    if not (0.0 <= args.min_nonzero <= 1.0):
+        p.error(f"--min-nonzero must be in [0, 1], got {args.min_nonzero}")
+    rep = check_run(args.run_dir, args.steps, args.resumed_from, args.require_moving_weights, args.min_nonzero)
     run = Run(args.run_dir)
     print(f"run {run.path} (variant {run.config.get('variant')}, switches {run.switches})")
     print(rep.text())
