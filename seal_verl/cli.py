@@ -5,6 +5,7 @@
     seal-verl prepare-data --out DIR [--call-format json|python] [--split-file SPLIT.json]
     seal-verl dry-run [--out runs/dry] [--steps 6] [--tasks-per-step 4] [--rollouts 4]
     seal-verl eval --base-url URL --model NAME --out DIR [--split eval] [--mode fc|prompt] ...
+    seal-verl report RUN_DIR... [--out report] [--names NAME...]
 
 Subcommands import their environment lazily so ``seal-verl --help`` stays instant.
 """
@@ -156,6 +157,28 @@ def _add_eval_parser(sub) -> None:
     ev.set_defaults(func=_cmd_eval)
 
 
+# ------------------------------------------------------------------------------------------- report
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .run_report import ReportError, build_report
+
+    try:
+        rep = build_report(args.runs, args.out, names=args.names)
+    except ReportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(rep.text)
+    print(f"wrote {rep.html} and {len(rep.pngs)} PNG(s) to {args.out}")
+    return 0
+
+
+def _add_report_parser(sub) -> None:
+    rp = sub.add_parser("report", help="plots, one HTML page and paper-style tables from run and eval folders")
+    rp.add_argument("runs", nargs="+", metavar="RUN_DIR", help="training/dry-run folders or seal-verl eval folders")
+    rp.add_argument("--out", default="report", help="folder for report.html and the PNGs")
+    rp.add_argument("--names", nargs="+", default=None, help="a display name per RUN_DIR (default: folder names)")
+    rp.set_defaults(func=_cmd_report)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="seal-verl", description="SEAL for verl: diagnosis, data, training glue.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -201,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     dr.set_defaults(func=_cmd_dry_run)
 
     _add_eval_parser(sub)
+    _add_report_parser(sub)
     return p
 
 
