@@ -6,6 +6,7 @@
     seal-verl dry-run [--out runs/dry] [--steps 6] [--tasks-per-step 4] [--rollouts 4]
     seal-verl eval --base-url URL --model NAME --out DIR [--split eval] [--mode fc|prompt] ...
     seal-verl report RUN_DIR... [--out report] [--names NAME...]
+    seal-verl bfcl-ids [--split eval] [--out FILE]   # restricts `bfcl generate --run-ids` to a split
 
 Subcommands import their environment lazily so ``seal-verl --help`` stays instant.
 """
@@ -155,6 +156,35 @@ def _add_eval_parser(sub) -> None:
     ev.add_argument("--retries", type=int, default=4, help="retries on connection errors, 429 and 5xx")
     ev.add_argument("--no-progress", action="store_true", help="no progress bar")
     ev.set_defaults(func=_cmd_eval)
+
+    ids = sub.add_parser("bfcl-ids", help="write test_case_ids_to_generate.json for `bfcl generate --run-ids`")
+    ids.add_argument("--split", default="eval", choices=["eval", "train", "all"])
+    ids.add_argument("--category", nargs="+", metavar="CAT", help="only these categories")
+    ids.add_argument("--out", default=None,
+                     help="default: $BFCL_PROJECT_ROOT/test_case_ids_to_generate.json (where bfcl generate reads it)")
+    ids.set_defaults(func=_cmd_bfcl_ids)
+
+
+def _cmd_bfcl_ids(args: argparse.Namespace) -> int:
+    from env_wrappers.bfcl.evaluate import EvalError, bfcl_id_file
+
+    from .atomic import atomic_write_text
+
+    out = args.out
+    if out is None:
+        root = os.environ.get("BFCL_PROJECT_ROOT")
+        if not root:
+            print("error: give --out or set BFCL_PROJECT_ROOT (bfcl generate reads the file from there)", file=sys.stderr)
+            return 2
+        out = os.path.join(root, "test_case_ids_to_generate.json")
+    try:
+        ids = bfcl_id_file(args.split, args.category)
+    except EvalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    atomic_write_text(out, json.dumps(ids, indent=2) + "\n")
+    print(f"wrote {sum(map(len, ids.values()))} task ids ({args.split} split) to {out}")
+    return 0
 
 
 # ------------------------------------------------------------------------------------------- report

@@ -253,3 +253,16 @@ def test_ctrl_c_keeps_finished_tasks(tasks, tmp_path):
         srv.delay_s = 0.0
         s = run_eval(_cfg(srv.url, "m", out, "fc", ids))
         assert s.n_skipped == len(kept) and s.scores["categories"]["multi_turn_base"]["n_valid"] == 6
+
+
+def test_bfcl_id_file_is_read_by_bfcl_generate_loader(tmp_path):
+    """`seal-verl bfcl-ids` writes the id file that `bfcl generate --run-ids` reads, with bfcl-eval's own loader."""
+    from bfcl_eval.utils import load_test_entries_from_id_file
+
+    from seal_verl.cli import main
+
+    path = tmp_path / "test_case_ids_to_generate.json"
+    assert main(["bfcl-ids", "--split", "eval", "--out", str(path)]) == 0
+    categories, entries = load_test_entries_from_id_file(path)
+    assert sorted(categories) == sorted(CATEGORIES)
+    assert sorted(e["id"] for e in entries) == sorted(load_split()["eval"])
