@@ -26,8 +26,8 @@ VENV = os.path.abspath(_EXPLICIT) if _EXPLICIT else os.path.join(REPO, ".venv-ta
 REQUIRED = os.environ.get("SEAL_TAU2", "").strip().lower() in ("1", "true", "yes")
 HAVE = os.path.exists(os.path.join(VENV, "bin", "tau2"))
 pytestmark = pytest.mark.skipif(not HAVE and not REQUIRED, reason="no tau2 environment: run `make tau2-env`")
-#: Airline base tasks: 0 needs a write (do-nothing fails), 4 only reads and has no communicate check (passes).
-AIRLINE_IDS = ["0", "4"]
+#: Airline base tasks: 2 needs a write (do-nothing fails), 4 only reads and has no communicate check (passes).
+AIRLINE_IDS = ["2", "4"]
 
 
 def _tau2_python(code: str) -> dict:
@@ -104,4 +104,4 @@ def test_runner_scores_the_do_nothing_baseline(tmp_path):
     assert row["pass^1"] == row["do_nothing_pass^1"] == 0.5
     sims = json.load(open(tmp_path / "tau2" / "tau2_airline.json"))["simulations"]
     rewards = {s["task_id"]: s["reward_info"]["reward"] for s in sims}
-    assert rewards == {"0": 0.0, "4": 1.0}
+    assert rewards == {"2": 0.0, "4": 1.0}

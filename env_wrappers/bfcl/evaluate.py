@@ -191,7 +191,11 @@ def prompt_rendering(call_format: str):
     """
     from types import SimpleNamespace
 
-    from seal_verl.verl_glue.agent_loop import BFCLAgentLoopBase, bfcl_prompt_mode_system_prompt
+    try:
+        from seal_verl.verl_glue.agent_loop import BFCLAgentLoopBase, bfcl_prompt_mode_system_prompt
+    except ImportError as exc:
+        raise EvalError(f"--mode prompt renders prompts as the bfcl agent loop does, which needs verl "
+                        f"(pip install -e '.[train]'): {exc}") from None
 
     def system_prompt(task: BFCLTask) -> str:
         if call_format == "python":
