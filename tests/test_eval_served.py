@@ -150,3 +150,51 @@ def test_served_model_verdicts_agree_with_official(fmt, server, tmp_path):
         if not rep["valid"]:
             assert mine.get("error_type") == rep["error_type"], (mine, rep)
     print(f"\n[{fmt}] {len(TASK_IDS)} tasks in {seconds:.1f} s; passed {sum(r['valid'] for r in replies)}\n{table}")
+
+
+def _split_cpu_eval_ids():
+    with open(os.path.join(CPU_DIR, "split_cpu.json")) as f:
+        return list(json.load(f)["eval"])
+
+
+def _budget_ended(trace) -> bool:
+    """Whether the agent loop cut the trajectory by one of its token budgets (the server path has none but
+    --max-tokens per request): the one known source of a different verdict between the two paths."""
+    meta = trace.get("meta") or {}
+    return bool(meta.get("terminated_by") or meta.get("budget_events")) or any(
+        t.get("ended_by") in ("token_budget", "response_budget") for t in trace.get("turns", []))
+
+
+def test_verl_validation_agrees_with_served_eval(model_dir, server, tmp_path):
+    """(b): verl's own validation (main_ppo, ``trainer.val_only``, the ``bfcl`` agent loop, greedy) of the same
+    checkpoint on the CPU split's held-out tasks gives the same verdict per task as ``seal-verl eval`` in fc
+    mode against the served model; a task whose verdicts differ must be one the agent loop cut by a token
+    budget (explained), and there may be no other difference."""
+    out = tmp_path / "val"
+    env = dict(os.environ, VARIANT="seal", STEPS="1", OUT=str(out), SEAL_CPU_VENV=VENV, SEAL_CPU_MODEL=model_dir)
+    with open(tmp_path / "main_ppo.out", "w") as log:
+        proc = subprocess.run(["bash", os.path.join(CPU_DIR, "run_cpu.sh"), "trainer.val_only=true",
+                               "trainer.val_before_train=true"], env=env, cwd=REPO, stdout=log,
+                              stderr=subprocess.STDOUT, timeout=3000)
+    assert proc.returncode == 0, open(tmp_path / "main_ppo.out").read()[-3000:]
+    with open(out / "val_traces.jsonl") as f:
+        val = {r["task_id"]: r for r in map(json.loads, f)}
+    ids = _split_cpu_eval_ids()
+    assert sorted(val) == sorted(ids)
+    ev = tmp_path / "eval"
+    env2 = dict(os.environ, PYTHONPATH=REPO)
+    # 32 tokens per assistant message, as the CPU recipe's agent loop (max_tokens_per_step).
+    p = subprocess.run([sys.executable, "-m", "seal_verl.cli", "eval", "--base-url", server, "--model", SERVED,
+                        "--out", str(ev), "--ids", *ids, "--max-tokens", "32", "--no-progress"],
+                       env=env2, cwd=REPO, capture_output=True, text=True, timeout=1800)
+    assert p.returncode == 0, p.stderr[-3000:]
+    with open(ev / "labels.jsonl") as f:
+        ours = {r["id"]: r for r in map(json.loads, f)}
+    unexplained, explained = [], []
+    for tid in ids:
+        verl_ok = float(val[tid].get("acc") if val[tid].get("acc") is not None else val[tid]["score"]) >= 1.0
+        if verl_ok != ours[tid]["valid"]:
+            (explained if _budget_ended(val[tid].get("trace") or {}) else unexplained).append(tid)
+    assert not unexplained, (unexplained, {t: (val[t].get("acc"), ours[t]) for t in unexplained})
+    print(f"\nverl validation vs seal-verl eval on {len(ids)} tasks: {len(explained)} explained difference(s) "
+          f"{explained}; verl passed {[t for t in ids if (val[t].get('acc') or val[t]['score'] or 0) >= 1]}")
