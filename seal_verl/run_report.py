@@ -133,8 +133,9 @@ def load_run(path: str, name: str | None = None) -> Run:
                   eval_labels=_read_jsonl(os.path.join(path, "labels.jsonl")))
         run.variant = str(scores.get("protocol", {}).get("model") or "")
         return run
-    if not os.path.exists(os.path.join(path, "metrics.jsonl")):
-        raise ReportError(f"{path}: neither a training run folder (metrics.jsonl) nor an eval folder (scores.json)")
+    if not any(os.path.exists(os.path.join(path, f)) for f in ("metrics.jsonl", "val_traces.jsonl")):
+        raise ReportError(f"{path}: neither a training run folder (metrics.jsonl, val_traces.jsonl) "
+                          "nor an eval folder (scores.json)")
     config = _read_json(os.path.join(path, "config.json")) if os.path.exists(os.path.join(path, "config.json")) else {}
     run = Run(name=name, path=path, kind="training", variant=variant_name(config))
     run.steps = sorted(_read_jsonl(os.path.join(path, "metrics.jsonl")), key=lambda r: int(r.get("step", 0)))
@@ -221,11 +222,14 @@ def _plt():
     return plt
 
 
-def _integer_steps(*axes) -> None:
+def _integer_steps(*axes, steps=None) -> None:
+    """Whole-number step ticks; with one step only, a window of +-1 around it (not matplotlib's +-0.05)."""
     from matplotlib.ticker import MaxNLocator
 
     for ax in axes:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if steps and min(steps) == max(steps):
+            ax.set_xlim(min(steps) - 1, max(steps) + 1)
 
 
 def _series(run: Run, key: str, label: str) -> tuple[list[int], list[float]]:
@@ -263,7 +267,7 @@ def plot_prevalence(run: Run, path: str) -> str:
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("share of labelled turns")
-    _integer_steps(*axes)
+    _integer_steps(*axes, steps=[int(r["step"]) for r in run.steps])
     fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=4, fontsize=8, frameon=False)
     fig.suptitle(f"{run.name}: turn-label prevalence (Psi)")
     fig.tight_layout(rect=(0, 0.12, 1, 1))
@@ -290,6 +294,8 @@ def plot_interface(run: Run, path: str) -> str:
                   extent=(min(steps) - 0.5, max(steps) + 0.5, len(kinds) - 0.5, -0.5))
         a1.set_yticks(range(len(kinds)))
         a1.set_yticklabels(kinds, fontsize=8)
+    if not any(any(row) for row in grid):
+        a1.text(0.5, 0.5, "no cue kind on in any step", ha="center", va="center", transform=a1.transAxes)
     a1.set_xlabel("training step")
     a1.set_title("cue kinds on (green) during the step")
     xs = [int(r["step"]) for r in run.steps]
@@ -307,7 +313,7 @@ def plot_interface(run: Run, path: str) -> str:
     a3.set_xlabel("training step")
     a3.grid(alpha=0.3)
     a3.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    _integer_steps(a1, a2, a3)
+    _integer_steps(a1, a2, a3, steps=steps)
     fig.suptitle(f"{run.name}: training-time interface and rho")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -334,7 +340,7 @@ def plot_weights_reward(run: Run, path: str) -> str:
     a2.set_title("weight and reward per step")
     a2.grid(alpha=0.3)
     a2.legend(fontsize=8)
-    _integer_steps(a2, a3)
+    _integer_steps(a2, steps=xs)
     if len(run.validation) == 1:  # one validation: bars per category read better than lone points
         (vstep, cells), = run.validation.items()
         shown = [(short, cells[c]) for c, short in CATEGORY_COLUMNS if c in cells and cells[c][0]]
@@ -350,6 +356,7 @@ def plot_weights_reward(run: Run, path: str) -> str:
             if pts:
                 a3.plot(*zip(*pts), marker="o", label=short)
         a3.legend(fontsize=8)
+        _integer_steps(a3, steps=vsteps)
         a3.set_xlabel("validation at step")
     else:
         a3.text(0.5, 0.5, "no validation recorded", ha="center", va="center", transform=a3.transAxes)
@@ -396,6 +403,9 @@ def plot_comparison(runs: list[Run], path: str) -> str:
         for b, v in zip(bars, vals):
             if v == v:
                 ax.text(b.get_x() + b.get_width() / 2, v + 1, f"{v:.1f}", ha="center", fontsize=7)
+    if not any(r.accuracy() for r in runs):
+        ax.text(0.5, 0.5, "no accuracy recorded (no validation, no eval scores)", ha="center", va="center",
+                transform=ax.transAxes)
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels(groups)
     ax.set_ylim(0, 105)
