@@ -84,7 +84,8 @@ def server(model_dir, tmp_path_factory):
     cmd = [os.path.join(VENV, "bin", "python"), "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
            "--served-model-name", SERVED, "--host", "127.0.0.1", "--port", str(port),
            "--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager", "--enable-auto-tool-choice",
-           "--tool-call-parser", "hermes", "--seed", "0"]
+           "--tool-call-parser", "hermes", "--seed", "0",
+           "--dtype", "bfloat16"]  # as verl's rollout (rollout.dtype), so that greedy decoding matches
     log = open(log_path, "w")
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}/v1"
