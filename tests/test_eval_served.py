@@ -43,6 +43,8 @@ SERVED = "seal-eval-model"
 def _venv():
     explicit = os.environ.get("SEAL_CPU_TRAIN_VENV")
     if explicit:
+        if not os.path.exists(os.path.join(explicit, "config.json")):
+            pytest.fail(f"SEAL_EVAL_MODEL_DIR={explicit}: no config.json there (not a saved checkpoint)")
         return os.path.abspath(explicit)
     if os.environ.get("SEAL_CPU_TRAINING", "").strip().lower() in ("1", "true", "yes"):
         return os.path.join(REPO, ".venv-cpu-train")
@@ -65,6 +67,8 @@ def model_dir(tmp_path_factory):
     """The checkpoint to serve: ``SEAL_EVAL_MODEL_DIR``, else a tiny random Qwen2 made here."""
     explicit = os.environ.get("SEAL_EVAL_MODEL_DIR")
     if explicit:
+        if not os.path.exists(os.path.join(explicit, "config.json")):
+            pytest.fail(f"SEAL_EVAL_MODEL_DIR={explicit}: no config.json there (not a saved checkpoint)")
         return os.path.abspath(explicit)
     path = str(tmp_path_factory.mktemp("served") / "model")
     env = dict(os.environ, PYTHONPATH=REPO)
@@ -105,13 +109,22 @@ def server(model_dir, tmp_path_factory):
             time.sleep(2)
         yield url
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _stop(proc)
         log.close()
+
+
+def _stop(proc) -> None:
+    """End the server's whole process group (the API server and its engine process)."""
+    for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _eval(url, out, mode_args):
