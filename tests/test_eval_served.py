@@ -43,8 +43,6 @@ SERVED = "seal-eval-model"
 def _venv():
     explicit = os.environ.get("SEAL_CPU_TRAIN_VENV")
     if explicit:
-        if not os.path.exists(os.path.join(explicit, "config.json")):
-            pytest.fail(f"SEAL_EVAL_MODEL_DIR={explicit}: no config.json there (not a saved checkpoint)")
         return os.path.abspath(explicit)
     if os.environ.get("SEAL_CPU_TRAINING", "").strip().lower() in ("1", "true", "yes"):
         return os.path.join(REPO, ".venv-cpu-train")
