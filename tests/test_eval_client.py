@@ -1,0 +1,268 @@
+"""``seal-verl eval`` against a local OpenAI-compatible server that replays recorded model outputs.
+
+The server (``tests/_replay_server.py``) answers chat-completions requests from scripts in ``bfcl generate``
+form, so each test knows what the model "said" and can compare:
+
+- every Psi label, in ``fc`` mode (``tool_calls``) and prompt mode with JSON ``<tool_call>`` blocks and with
+  BFCL's Python call lists: the evaluator's labels and verdicts equal ``judge_result`` on the recorded result;
+- the verdicts equal bfcl-eval's own decoders + official multi-turn checker run in a separate process on the
+  result files the evaluator wrote (``tests/_official_scorer.py``), over ground truth, every perturbation
+  kind, a step-limit loop and inference errors;
+- the protocol (revealed tools, no interface text), retries, resume, inference errors, clear errors, Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from env_wrappers.bfcl.evaluate import EvalConfig, EvalError, result_path, run_eval
+from env_wrappers.bfcl.examples import examples
+from env_wrappers.bfcl.judge import judge_result
+from env_wrappers.bfcl.perturb import KINDS, ground_truth_steps, perturb, to_result
+from env_wrappers.bfcl.tasks import CATEGORIES, load_split, load_tasks
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _replay_server import ReplayServer  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SCORER = os.path.join(HERE, "_official_scorer.py")
+FORMATS = ("fc", "json", "python")
+ALL_LABELS = {"pass", "invalid_tool_call", "argument_mismatch", "state_mismatch", "recovery_failure",
+              "missing_tool_call", "response_mismatch", "spurious_tool_call"}
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return load_tasks()
+
+
+def _first_user(tasks, ids):
+    return {i: tasks[i].questions[0][0]["content"] for i in ids}
+
+
+def _cfg(url, model, out, fmt, ids, **kw):
+    return EvalConfig(base_url=url, model=model, out=str(out), ids=list(ids), mode="fc" if fmt == "fc" else "prompt",
+                      call_format=None if fmt == "fc" else fmt, progress=False, backoff_s=0.01, **kw)
+
+
+def _labels(out):
+    with open(os.path.join(out, "labels.jsonl")) as f:
+        return {r["id"]: r for r in map(json.loads, f)}
+
+
+def _official(fmt, files, tmp_path):
+    env = dict(os.environ, BFCL_PROJECT_ROOT=str(tmp_path / "bfcl_root_official"))
+    os.makedirs(env["BFCL_PROJECT_ROOT"], exist_ok=True)
+    proc = subprocess.run([sys.executable, SCORER, fmt, *files], capture_output=True, text=True, env=env,
+                          cwd=str(tmp_path), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_label_replayed(fmt, tasks, tmp_path):
+    ex = examples(fmt)
+    scripts = {f"replay-{name}": {tid: res} for name, (tid, res) in ex.items()}
+    seen = set()
+    with ReplayServer(scripts, _first_user(tasks, {t for t, _ in ex.values()})) as srv:
+        for name, (tid, res) in ex.items():
+            out = tmp_path / name
+            summary = run_eval(_cfg(srv.url, f"replay-{name}", out, fmt, [tid]))
+            got = _labels(out)[tid]
+            ref = judge_result(tasks[tid], res, call_format=fmt)
+            assert (got["valid"], got["labels"]) == (ref.valid, ref.labels), name
+            seen.update(got["labels"])
+            path = result_path(str(out), f"replay-{name}", tasks[tid].category)
+            assert os.path.basename(path) == f"BFCL_v4_{tasks[tid].category}_result.json"
+            with open(path) as f:
+                lines = [json.loads(x) for x in f]
+            assert [e["id"] for e in lines] == [tid] and len(lines[0]["result"]) == tasks[tid].n_turns
+            scores = json.load(open(out / "scores.json"))
+            assert scores["categories"][tasks[tid].category] == {"accuracy": float(ref.valid), "n": 1,
+                                                                  "n_valid": int(ref.valid)}
+            assert scores["protocol"]["call_format"] == fmt and summary.n_errors == 0
+        # Nothing but the task, the tools and the results reaches the model: no interface text.
+        sent = json.dumps(srv.requests)
+        assert "SEAL" not in sent and "Hint" not in sent
+    assert seen >= ALL_LABELS, ALL_LABELS - seen
+
+
+def _agreement_scripts(tasks, fmt):
+    """model -> {task id -> result}: ground truth, each perturbation kind, and a step-limit loop."""
+    split = load_split()["eval"]
+    ids = [next(i for i in split if tasks[i].category == c) for c in CATEGORIES]
+    ids += [[i for i in split if tasks[i].category == c][1] for c in CATEGORIES]
+    scripts = {"gt": {i: to_result(tasks[i], ground_truth_steps(tasks[i]), fmt) for i in ids}}
+    for kind in KINDS:
+        got = {i: perturb(tasks[i], kind, 0) for i in ids}
+        scripts[kind] = {i: to_result(tasks[i], p[0], fmt, text_turns=(p[1],) if kind == "text_only" else ())
+                         for i, p in got.items() if p is not None}
+    loop = {}
+    for i in ids[:2]:
+        first = ground_truth_steps(tasks[i])[0][0]
+        res = to_result(tasks[i], ground_truth_steps(tasks[i]), fmt)
+        res[0] = [to_result(tasks[i], [[first]], fmt)[0][0]] * 25  # never answers: BFCL's step limit stops it
+        loop[i] = res
+    scripts["steplimit"] = loop
+    return scripts, ids
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_verdicts_agree_with_official_checker(fmt, tasks, tmp_path):
+    scripts, ids = _agreement_scripts(tasks, fmt)
+    files, ours = [], {}
+    with ReplayServer({**scripts, "broken": {ids[0]: []}}, _first_user(tasks, ids)) as srv:
+        srv.always_fail.add("broken")
+        for model in scripts:
+            out = tmp_path / model
+            run_eval(_cfg(srv.url, model, out, fmt, list(scripts[model]), concurrency=3))
+            for tid, rec in _labels(out).items():
+                ours[(model, tid)] = rec
+            files += [result_path(str(out), model, c) for c in CATEGORIES
+                      if os.path.exists(result_path(str(out), model, c))]
+        out = tmp_path / "broken"
+        s = run_eval(_cfg(srv.url, "broken", out, fmt, [ids[0]], retries=1))
+        assert s.n_errors == 1
+        ours[("broken", ids[0])] = _labels(out)[ids[0]]
+        files.append(result_path(str(out), "broken", tasks[ids[0]].category))
+    replies = _official(fmt, files, tmp_path)
+    models = [m for m in scripts] + ["broken"]
+    # The scorer prints entries file by file, in the order given; map them back to (model, id).
+    keyed = []
+    for f in files:
+        model = next(m for m in models if os.sep + m + os.sep in f)
+        with open(f) as fh:
+            keyed += [(model, json.loads(x)["id"]) for x in fh]
+    assert len(keyed) == len(replies) == len(ours)
+    disagree = []
+    n_fail = 0
+    for key, rep in zip(keyed, replies):
+        assert rep["id"] == key[1]
+        assert rep["refused"] is None and rep["exception"] is None, rep
+        mine = ours[key]
+        n_fail += not rep["valid"]
+        if mine["valid"] != rep["valid"] or (not rep["valid"] and mine.get("error_type") != rep["error_type"]):
+            disagree.append((key, mine, rep))
+    assert not disagree, disagree[:5]
+    assert n_fail >= len(replies) // 3  # the set is not all passes
+    assert ours[("steplimit", ids[0])]["error_type"] == "multi_turn:force_terminated"
+    assert ours[("broken", ids[0])]["error_type"] == "multi_turn:inference_error"
+
+
+def test_fc_reveals_functions_as_tools_and_prompt_mode_as_text(tasks, tmp_path):
+    tid = "multi_turn_miss_func_0"
+    task = tasks[tid]
+    reveal_turn = min(task.missed_functions)
+    hidden = {d["name"] for d in task.missed_functions[reveal_turn]}
+    for fmt in ("fc", "python"):
+        res = to_result(task, ground_truth_steps(task), fmt)
+        with ReplayServer({"m": {tid: res}}, _first_user(tasks, [tid])) as srv:
+            run_eval(_cfg(srv.url, "m", tmp_path / fmt, fmt, [tid]))
+            assert _labels(tmp_path / fmt)[tid]["valid"] is True
+            for req in srv.requests:
+                n_users = sum(m["role"] == "user" for m in req["messages"])
+                names = {t["function"]["name"] for t in req.get("tools") or []}
+                if fmt == "fc":
+                    assert (hidden <= names) == (n_users - 1 >= reveal_turn)
+                    assert req["temperature"] == 0.0
+                else:
+                    assert not names and req["messages"][0]["role"] == "system"
+                    user_text = "\n".join(m["content"] for m in req["messages"] if m["role"] == "user")
+                    assert all((f"'name': '{h}'" in user_text) == (n_users - 1 >= reveal_turn) for h in hidden)
+
+
+def test_retries_then_resume(tasks, tmp_path):
+    ids = ["multi_turn_base_0", "multi_turn_base_1", "multi_turn_base_2"]
+    scripts = {"m": {i: to_result(tasks[i], ground_truth_steps(tasks[i]), "fc") for i in ids}}
+    with ReplayServer(scripts, _first_user(tasks, ids)) as srv:
+        srv.fail_times["m"] = 3  # three 503s: retried with back-off, nothing lost
+        s = run_eval(_cfg(srv.url, "m", tmp_path, "fc", ids, concurrency=2))
+        assert s.n_errors == 0 and s.scores["categories"]["multi_turn_base"]["accuracy"] == 1.0
+        n_requests = len(srv.requests)
+        # A re-run skips every task already written: no chat request at all.
+        s = run_eval(_cfg(srv.url, "m", tmp_path, "fc", ids))
+        assert len(srv.requests) == n_requests and s.n_skipped == 3 and s.n_run == 0
+        # A lost line (and a torn last line, as after a crash) is redone; the file is rewritten clean.
+        path = result_path(str(tmp_path), "m", "multi_turn_base")
+        lines = open(path).read().splitlines()
+        with open(path, "w") as f:
+            f.write("\n".join(lines[:2]) + "\n" + lines[2][:40])
+        s = run_eval(_cfg(srv.url, "m", tmp_path, "fc", ids))
+        assert s.n_run == 1 and s.scores["categories"]["multi_turn_base"]["n_valid"] == 3
+        assert [json.loads(x)["id"] for x in open(path)] == ids
+        # Another mode into the same folder is refused, naming the file and the field.
+        with pytest.raises(EvalError, match="eval_config.json: field 'call_format'"):
+            run_eval(_cfg(srv.url, "m", tmp_path, "python", ids))
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cli(args, **kw):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.Popen([sys.executable, "-m", "seal_verl.cli", "eval", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_clear_errors(tasks, tmp_path):
+    port = _free_port()
+    p = _cli(["--base-url", f"http://127.0.0.1:{port}/v1", "--model", "m", "--out", str(tmp_path / "a"),
+              "--retries", "0", "--ids", "multi_turn_base_0"])
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 2
+    lines = [x for x in err.splitlines() if x.startswith("error:")]
+    assert len(lines) == 1 and f"cannot reach the server at http://127.0.0.1:{port}/v1/models" in lines[0]
+    with ReplayServer({"served": {}}, {}) as srv:
+        with pytest.raises(EvalError, match=r"does not serve model 'other' \(it serves: served\)"):
+            run_eval(_cfg(srv.url, "other", tmp_path / "b", "fc", ["multi_turn_base_0"]))
+        with pytest.raises(EvalError, match="unknown --category 'bogus'"):
+            run_eval(EvalConfig(base_url=srv.url, model="served", out=str(tmp_path / "c"), categories=["bogus"]))
+        with pytest.raises(EvalError, match="unknown BFCL V3 multi-turn task id"):
+            run_eval(_cfg(srv.url, "served", tmp_path / "d", "fc", ["multi_turn_base_9999"]))
+
+
+def test_ctrl_c_keeps_finished_tasks(tasks, tmp_path):
+    ids = [f"multi_turn_base_{i}" for i in range(6)]
+    scripts = {"m": {i: to_result(tasks[i], ground_truth_steps(tasks[i]), "fc") for i in ids}}
+    with ReplayServer(scripts, _first_user(tasks, ids)) as srv:
+        srv.delay_s = 0.3
+        out = tmp_path / "run"
+        p = _cli(["--base-url", srv.url, "--model", "m", "--out", str(out), "--ids", *ids, "--concurrency", "1",
+                  "--no-progress"])
+        path = result_path(str(out), "m", "multi_turn_base")
+        deadline = time.time() + 120
+        while time.time() < deadline and not (os.path.exists(path) and open(path).read().count("\n") >= 1):
+            time.sleep(0.1)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 130, err[-2000:]
+        kept = [json.loads(x)["id"] for x in open(path)]
+        assert 1 <= len(kept) < len(ids)
+        srv.delay_s = 0.0
+        s = run_eval(_cfg(srv.url, "m", out, "fc", ids))
+        assert s.n_skipped == len(kept) and s.scores["categories"]["multi_turn_base"]["n_valid"] == 6
+
+
+def test_bfcl_id_file_is_read_by_bfcl_generate_loader(tmp_path):
+    """`seal-verl bfcl-ids` writes the id file that `bfcl generate --run-ids` reads, with bfcl-eval's own loader."""
+    from bfcl_eval.utils import load_test_entries_from_id_file
+
+    from seal_verl.cli import main
+
+    path = tmp_path / "test_case_ids_to_generate.json"
+    assert main(["bfcl-ids", "--split", "eval", "--out", str(path)]) == 0
+    categories, entries = load_test_entries_from_id_file(path)
+    assert sorted(categories) == sorted(CATEGORIES)
+    assert sorted(e["id"] for e in entries) == sorted(load_split()["eval"])
