@@ -142,7 +142,7 @@ def test_dry_run_trains_the_second_environment(tmp_path):
     assert len(rows) == 3
     run = tmp_path / "run"
     seen = set()
-    for step in range(3):
+    for step in range(1, 4):  # numbered by the global step, as in a training run
         assert (run / f"state_step_{step}.json").exists()
         for line in (run / f"traces_step_{step}.jsonl").read_text().splitlines():
             rec = json.loads(line)
