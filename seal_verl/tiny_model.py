@@ -257,8 +257,14 @@ def build_tokenizer(vocab_size: int = VOCAB_SIZE):
     return hf
 
 
-def make_tiny_qwen(out_dir: str, seed: int = 0) -> str:
-    """Write the tiny model + tokenizer to ``out_dir`` (created if needed) and return its absolute path."""
+def make_tiny_qwen(out_dir: str, seed: int = 0, **model_args) -> str:
+    """Write the tiny model + tokenizer to ``out_dir`` (created if needed) and return its absolute path.
+
+    ``model_args`` override entries of :data:`MODEL_ARGS` (for example a wider model for the CPU learning run)."""
+    unknown = sorted(set(model_args) - set(MODEL_ARGS))
+    if unknown:
+        raise ValueError(f"unknown tiny-model argument(s) {unknown}; allowed: {', '.join(MODEL_ARGS)}")
+    args = dict(MODEL_ARGS, **model_args)
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
@@ -277,7 +283,7 @@ def make_tiny_qwen(out_dir: str, seed: int = 0) -> str:
         bos_token_id=pad_id,
         eos_token_id=eos_id,
         pad_token_id=pad_id,
-        **MODEL_ARGS,
+        **args,
     )
     config.architectures = ["Qwen2ForCausalLM"]
 
@@ -293,7 +299,7 @@ def make_tiny_qwen(out_dir: str, seed: int = 0) -> str:
             elif name.endswith(".bias"):
                 p.zero_()
             else:
-                p.copy_(torch.randn(p.shape, generator=gen) * MODEL_ARGS["initializer_range"])
+                p.copy_(torch.randn(p.shape, generator=gen) * args["initializer_range"])
     model = model.to(torch.float32)
     model.generation_config = GenerationConfig(
         bos_token_id=pad_id, eos_token_id=[eos_id, pad_id], pad_token_id=pad_id, do_sample=True

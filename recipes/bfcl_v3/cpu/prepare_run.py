@@ -1,10 +1,16 @@
 """Model and data of a CPU training run (used by run_cpu.sh): the tiny local Qwen2 and the BFCL parquet files.
 
-    python recipes/bfcl_v3/cpu/prepare_run.py RUN_DIR [--split-file F] [--max-model-len N] [--max-prompt-length N]
+    python recipes/bfcl_v3/cpu/prepare_run.py RUN_DIR [--models-dir D] [--no-warm-start] [--model DIR]
+                                             [--split-file F] [--max-model-len N] [--max-prompt-length N]
 
-Writes ``RUN_DIR/model`` (``seal_verl.tiny_model.make_tiny_qwen``; reused when present) and ``RUN_DIR/data``
-(``seal-verl prepare-data --split-file``: ``train.parquet`` rows use the ``seal_bfcl`` loop, ``eval.parquet``
-rows the ``bfcl`` loop). Nothing is downloaded.
+The model (cached in ``--models-dir``, default ``runs/cpu/models``, shared by every run so that SEAL and GRPO
+start from the same weights): ``tiny-random`` (``seal_verl.tiny_model.make_tiny_qwen``) and, unless
+``--no-warm-start``, ``tiny-warm``: that model fine-tuned on the ground-truth trajectories of the split's training
+tasks until it is partly right (``warm_start.py``; rebuilt only when its inputs change). ``--model`` uses a
+given folder instead. The data go to ``RUN_DIR/data`` (``seal-verl prepare-data --split-file``: ``train.parquet``
+rows use the ``seal_bfcl`` loop, ``eval.parquet`` rows the ``bfcl`` loop) plus ``val_train_tasks.parquet``: the
+training tasks as evaluation rows (``bfcl`` loop, no cue), which the learning run validates on, since a model
+this small learns its training tasks, not BFCL. Nothing is downloaded.
 
 Two size adjustments, both outside the recipe's semantics:
 
@@ -25,7 +31,10 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 DEFAULT_SPLIT = os.path.join(HERE, "split_cpu.json")
+DEFAULT_MODELS = os.path.join(REPO, "runs", "cpu", "models")
+VAL_TRAIN_FILE = "val_train_tasks.parquet"
 
 
 def make_model(path: str, max_model_len: int) -> str:
@@ -79,22 +88,44 @@ def main(argv: list[str] | None = None) -> int:
                    help="the tiny model's chat template is Qwen-style: JSON tool calls only")
     p.add_argument("--max-model-len", type=int, default=8192)
     p.add_argument("--max-prompt-length", type=int, default=5120)
-    p.add_argument("--model", default=None, help="reuse this tiny model folder instead of RUN_DIR/model")
+    p.add_argument("--model", default=None, help="use this model folder as it is (no tiny model is made)")
+    p.add_argument("--models-dir", default=DEFAULT_MODELS,
+                   help="cache of the tiny random and warm-started models (default: %(default)s)")
+    p.add_argument("--no-warm-start", action="store_true", help="train the random tiny model (it never passes a task)")
     args = p.parse_args(argv)
 
-    from env_wrappers.bfcl.prepare_data import format_summary, prepare_data, read_split_file
+    from env_wrappers.bfcl.prepare_data import build_rows, format_summary, prepare_data, read_split_file
 
     run_dir = os.path.abspath(args.run_dir)
     os.makedirs(run_dir, exist_ok=True)
-    model = make_model(args.model or os.path.join(run_dir, "model"), args.max_model_len)
     split = read_split_file(args.split_file)
+    if args.model:
+        model = make_model(args.model, args.max_model_len)
+    else:
+        model = make_model(os.path.join(args.models_dir, "tiny-random"), args.max_model_len)
+        if not args.no_warm_start:
+            sys.path.insert(0, HERE)
+            from warm_start import WarmStartError, warm_start
+
+            try:
+                model = os.path.abspath(warm_start(os.path.join(args.models_dir, "tiny-warm"), model,
+                                                   args.split_file)["out"])
+            except WarmStartError as e:
+                print(f"error: warm start: {e}", file=sys.stderr)
+                return 2
     lengths = prompt_lengths(model, split["train"] + split["eval"])
     too_long = {t: n for t, n in lengths.items() if n > args.max_prompt_length}
     if too_long:
         print(f"error: first prompts longer than max_prompt_length={args.max_prompt_length}: {too_long}", file=sys.stderr)
         return 2
     summary = prepare_data(os.path.join(run_dir, "data"), call_format=args.call_format, split_file=args.split_file)
+    import pandas as pd
+
+    pd.DataFrame(build_rows(split["train"], "eval", args.call_format)).to_parquet(
+        os.path.join(run_dir, "data", VAL_TRAIN_FILE), index=False)
     print(format_summary(summary))
+    print(f"wrote {os.path.join(run_dir, 'data', VAL_TRAIN_FILE)} (the {len(split['train'])} training tasks as "
+          "evaluation rows: bfcl loop, no cue)")
     print(f"model: {model}; first-prompt tokens: min {min(lengths.values())}, max {max(lengths.values())} "
           f"(limit {args.max_prompt_length})")
     with open(os.path.join(run_dir, "prepare.json"), "w") as f:

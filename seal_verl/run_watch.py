@@ -1,0 +1,218 @@
+"""Follow a training run from its run folder: a progress bar, the start-up phase, one line per step.
+
+    python -m seal_verl.run_watch RUN_DIR [--log RUN_DIR/main_ppo.log] [--steps N] [--pid PID]
+
+verl's console output is long (the resolved config, one very long metrics line per step, the warnings of every
+worker); the run scripts send it to ``main_ppo.log`` in the run folder and run this next to it. It reads only
+files: ``metrics.jsonl`` and ``traces_step_k.jsonl`` (written by the SEAL trainer after each step),
+``val_traces.jsonl`` (every validation) and the log (for the start-up phase), and prints per training step
+
+    step 3/8  reward 0.44  pass 0.44  adv!=0 81%  labels ok .62 arg .12 miss .08 ...  cues fmt,schema  w 0.78-1.63  41 s
+
+(mean reward, share of rollouts that passed, share of rollouts with a non-zero GRPO advantage, the label mix of
+the step, the cue kinds the rollouts ran under, the range of the SEAL weights) and, after each validation, the
+accuracy per category. It stops when the process ``--pid`` is gone (or on Ctrl-C) and never touches the run.
+No verl import: it works on any run folder, also one copied off a GPU cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from collections import defaultdict
+from typing import Optional
+
+#: log line pattern -> phase shown next to the progress bar (the last one seen wins)
+PHASES = (
+    (re.compile(r"Started a local Ray instance|Connected to Ray cluster"), "Ray started"),
+    (re.compile(r"vLLMHttpServer"), "starting the vLLM server"),
+    (re.compile(r"Initializing a V1 LLM engine"), "loading the model into vLLM"),
+    (re.compile(r"all initialize finished, ready to fit"), "workers ready"),
+    (re.compile(r"update_weights done"), "weights synced to vLLM"),
+    (re.compile(r"pending: \d+, running: (\d+), finished: (\d+)"), "rollouts"),
+    (re.compile(r"Initial validation metrics|validation generation end"), "validation"),
+    (re.compile(r"Final validation metrics"), "final validation"),
+)
+
+SHORT_LABELS = (("pass", "ok"), ("correct_abstention", "abst"), ("invalid_tool_call", "inv"),
+                ("argument_mismatch", "arg"), ("state_mismatch", "state"), ("recovery_failure", "recov"),
+                ("missing_tool_call", "miss"), ("response_mismatch", "resp"), ("spurious_tool_call", "spur"))
+SHORT_KINDS = {"call_format": "fmt", "schema_constraints": "schema", "tool_affordance": "afford",
+               "error_recovery": "recov", "ask_or_abstain": "ask"}
+
+
+def _jsonl(path: str) -> list[dict]:
+    """Complete JSON lines of ``path`` (a line still being written is skipped, not an error)."""
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if not line.endswith("\n"):
+                break
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+def _kinds(kinds) -> str:
+    return ",".join(SHORT_KINDS.get(k, k) for k in kinds or []) or "-"
+
+
+def step_line(row: dict, traces: list[dict], total: Optional[int] = None) -> str:
+    """The console line of one training step (``metrics.jsonl`` row + its ``traces_step_k.jsonl`` rows)."""
+    k = int(row.get("global_step", row.get("step", 0)))
+    rewards = [float(t["reward"]) for t in traces if t.get("reward") is not None]
+    reward = sum(rewards) / len(rewards) if rewards else float("nan")
+    passed = sum(1 for r in rewards if r >= 1.0) / len(rewards) if rewards else float("nan")
+    grpo = [t.get("grpo_advantage") for t in traces if not t.get("excluded")]
+    nonzero = sum(1 for a in grpo if a is not None and abs(float(a)) > 1e-6)
+    prev = row.get("prevalence") or {}
+    mix = " ".join(f"{short} {prev[key]:.2f}".replace(" 0.", " .") for key, short in SHORT_LABELS
+                   if prev.get(key, 0.0) >= 0.005)
+    w = ""
+    if row.get("w_min") is not None:
+        w = f"  w {row['w_min']:.2f}-{row['w_max']:.2f}"
+    secs = f"  {row['seconds']:.0f} s" if row.get("seconds") is not None else ""
+    excluded = sum(1 for t in traces if t.get("excluded"))
+    return (f"step {k}{'/' + str(total) if total else ''}  reward {reward:.2f}  pass {passed:.2f}  "
+            f"adv!=0 {nonzero / max(1, len(traces)):.0%}  labels {mix or '-'}  "
+            f"cues {_kinds(row.get('active_during'))}{w}{secs}"
+            + (f"  ({excluded} excluded: checker error)" if excluded else ""))
+
+
+def validation_lines(rows: list[dict]) -> list[str]:
+    """Accuracy per category of each validation (rows of ``val_traces.jsonl`` grouped by global step)."""
+    by_step: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        cat = str(r.get("task_id", "")).rsplit("_", 1)[0] or "?"
+        by_step[int(r.get("global_step", 0))][cat].append(float(r.get("score") or 0.0))
+    out = []
+    for g in sorted(by_step):
+        cats = by_step[g]
+        acc = {c: sum(v) / len(v) for c, v in sorted(cats.items())}
+        mean = sum(acc.values()) / len(acc)
+        parts = "  ".join(f"{c.replace('multi_turn_', '')} {a:.2f}" for c, a in acc.items())
+        n = sum(len(v) for v in cats.values())
+        out.append(f"validation at step {g} (greedy, no cues, {n} tasks): mean {mean:.2f}  {parts}")
+    return out
+
+
+def _alive(pid: Optional[int]) -> bool:
+    if pid is None:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Watcher:
+    """Polls the run folder and the log; prints what is new."""
+
+    def __init__(self, run_dir: str, log: Optional[str], steps: Optional[int], out=sys.stdout, progress: bool = True):
+        self.run_dir = run_dir
+        self.log = log
+        self.steps = steps
+        self.out = out
+        self.seen_steps: set[int] = set()
+        self.val_seen = 0
+        self.phase = "starting"
+        self._log_pos = 0
+        self.bar = None
+        if progress:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=steps, desc="training", unit="step", file=sys.stderr, dynamic_ncols=True,
+                            bar_format="{desc}: {n_fmt}/{total_fmt} steps |{bar}| {elapsed} {postfix}")
+            self.bar.set_postfix_str(self.phase)
+
+    def _say(self, line: str) -> None:
+        if self.bar is not None:
+            self.bar.write(line, file=self.out)
+        else:
+            print(line, file=self.out, flush=True)
+
+    def _read_log(self) -> None:
+        if not self.log or not os.path.exists(self.log):
+            return
+        with open(self.log, encoding="utf-8", errors="replace") as fh:
+            fh.seek(self._log_pos)
+            chunk = fh.read()
+            self._log_pos = fh.tell()
+        for line in chunk.splitlines():
+            for pattern, phase in PHASES:
+                m = pattern.search(line)
+                if m:
+                    self.phase = f"rollouts running {m.group(1)}, finished {m.group(2)}" if phase == "rollouts" else phase
+        if self.bar is not None:
+            self.bar.set_postfix_str(self.phase[:60])
+
+    def poll(self) -> None:
+        self._read_log()
+        for row in _jsonl(os.path.join(self.run_dir, "metrics.jsonl")):
+            k = int(row.get("global_step", row.get("step", 0)))
+            if k in self.seen_steps:
+                continue
+            self.seen_steps.add(k)
+            traces = _jsonl(os.path.join(self.run_dir, f"traces_step_{k}.jsonl"))
+            self._say(step_line(row, traces, self.steps))
+            if self.bar is not None:
+                self.bar.update(1)
+        val = _jsonl(os.path.join(self.run_dir, "val_traces.jsonl"))
+        if len(val) > self.val_seen:
+            done = [r for r in val if int(r.get("global_step", 0)) in
+                    {int(x.get("global_step", 0)) for x in val[self.val_seen:]}]
+            for line in validation_lines(done):
+                self._say(line)
+            self.val_seen = len(val)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def watch(run_dir: str, log: Optional[str] = None, steps: Optional[int] = None, pid: Optional[int] = None,
+          interval: float = 2.0, progress: bool = True) -> int:
+    """Follow ``run_dir`` until ``pid`` exits (forever without one); returns the number of steps seen."""
+    w = Watcher(run_dir, log, steps, progress=progress)
+    try:
+        while _alive(pid):
+            w.poll()
+            time.sleep(interval)
+        w.poll()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        w.close()
+    return len(w.seen_steps)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run_dir", help="the run folder (seal.run_dir)")
+    p.add_argument("--log", default=None, help="verl's console log (default: RUN_DIR/main_ppo.log)")
+    p.add_argument("--steps", type=int, default=None, help="total training steps, for the progress bar")
+    p.add_argument("--pid", type=int, default=None, help="stop when this process has exited")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between polls (default: %(default)s)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar, only the step lines")
+    args = p.parse_args(argv)
+    if not os.path.isdir(args.run_dir):
+        print(f"run_watch: error: no run folder {args.run_dir}", file=sys.stderr)
+        return 2
+    watch(args.run_dir, args.log or os.path.join(args.run_dir, "main_ppo.log"), args.steps, args.pid,
+          args.interval, not args.no_progress)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
