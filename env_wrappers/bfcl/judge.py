@@ -14,6 +14,7 @@ from seal_verl.trace import Trace
 
 from .calls import split_call
 from .env import BFCLEnv
+from .isolation import is_timeout_result
 from .tasks import BFCLTask
 from .verifier import FORCE_TERMINATED, INFERENCE_ERROR, Verdict, verify
 
@@ -75,8 +76,9 @@ def _judge(task: BFCLTask, trace: Trace, strict_abstention: bool, call_timeout_s
     decoded = trace.decoded_steps()
     attempted = [any(a.has_call_attempt for a in t.attempts) for t in trace.turns]
     outcomes: list | None = [] if replay is not None else None
+    timed_out = None if replay is not None else _timed_out_positions(trace)
     official = verify(task, decoded, strict_abstention=False, call_timeout_s=call_timeout_s,
-                      model_outcomes=outcomes)
+                      model_outcomes=outcomes, timed_out=timed_out)
     if replay is not None:
         flat = [o for turn in outcomes for o in turn]
         if len(outcomes) != len(decoded) or not replay.settle(flat):
@@ -86,7 +88,7 @@ def _judge(task: BFCLTask, trace: Trace, strict_abstention: bool, call_timeout_s
         strict_fail = next((k for k, ev in enumerate(official.turns) if ev.abstention and attempted[k]), None)
         if strict_fail is not None and (official.failed_turn is None or strict_fail < official.failed_turn):
             verdict = verify(task, decoded, strict_abstention=True, attempted=attempted,
-                             call_timeout_s=call_timeout_s)
+                             call_timeout_s=call_timeout_s, timed_out=timed_out)
         else:
             verdict = official
     else:
@@ -97,6 +99,18 @@ def _judge(task: BFCLTask, trace: Trace, strict_abstention: bool, call_timeout_s
     reward_valid = verdict.valid and not trace.force_terminated
     return Judgement(task_id=task.id, category=task.category, valid=valid, error_type=error_type,
                      reward_valid=reward_valid, diagnosis=diagnose(trace, turn_checks(verdict)))
+
+
+def _timed_out_positions(trace: Trace) -> list | None:
+    """Per turn, the positions among the turn's decoded calls (as ``decoded_steps`` flattens them) whose
+    recorded result is a time-limit error; None when there is none (the common case)."""
+    out, found = [], False
+    for t in trace.turns:
+        calls = [c for a in t.attempts for c in a.calls if c.parsed and c.call is not None]
+        hits = [i for i, c in enumerate(calls) if is_timeout_result(c.result)]
+        found = found or bool(hits)
+        out.append(hits)
+    return out if found else None
 
 
 def replay_result(task: BFCLTask, result, call_format: str = "auto", call_timeout_s: float | None = 10.0) -> Trace:
