@@ -79,5 +79,5 @@ def read_json_object(path: str, what: str, temp_prefix: str | None = None) -> di
     except (ValueError, RecursionError) as exc:
         raise FileContentError(f"{path}: the {what} is not valid JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise FileContentError(f"{path}: the {what} must be a JSON object, got {type(data).__name__}")
+        raise FileContentError(f"{path}: expected a JSON object as the {what}, got {type(data).__name__}")
     return data

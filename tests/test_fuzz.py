@@ -617,3 +617,15 @@ def test_oversized_message_is_labelled_invalid_tool_call(tasks):
     j = judge_result(task, result, call_format="json", call_timeout_s=None)
     assert time.perf_counter() - t0 < 2.0
     assert j.diagnosis.labels[0] == T.INVALID_TOOL_CALL
+
+
+@pytest.mark.parametrize("message", ["<tool_call>\n" * 20000, "\t" * 60000 + "x(", "[" + " " * 60000 + "x("],
+                         ids=["unclosed_json_tags_240k", "tabs_python", "spaces_python"])
+def test_judging_a_large_step_is_fast(tasks, message):
+    """``diagnose`` (judge_result) on a result with one large step within the size limits."""
+    task = tasks["multi_turn_base_0"]
+    result = [[message]] + [[] for _ in range(task.n_turns - 1)]
+    t0 = time.perf_counter()
+    j = judge_result(task, result, call_timeout_s=None)
+    assert time.perf_counter() - t0 < 2.0
+    assert len(j.labels) == task.n_turns

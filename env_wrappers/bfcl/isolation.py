@@ -54,6 +54,9 @@ _PRELOAD = [
     "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.vehicle_control",
 ]
 
+_PRELOAD_CLASSES = ("GorillaFileSystem", "MathAPI", "MessageAPI", "TwitterAPI", "TicketAPI", "TradingBot",
+                    "TravelAPI", "VehicleControlAPI")
+
 TIMEOUT_MARK = " timed out after "
 
 
@@ -205,10 +208,17 @@ class WorkerPool:
         if self._ctx is None:
             import importlib
 
+            from .backends import _class_for
+
             for name in _PRELOAD:
                 try:
                     importlib.import_module(name)
                 except ImportError:  # pragma: no cover - a backend missing from this bfcl-eval version
+                    pass
+            for class_name in _PRELOAD_CLASSES:  # resolved now, so a worker never takes the lookup's lock
+                try:
+                    _class_for(class_name)
+                except (ImportError, KeyError):  # pragma: no cover
                     pass
             methods = multiprocessing.get_all_start_methods()
             self._ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
