@@ -257,3 +257,45 @@ def test_dry_run_options_have_help():
     sub = next(a for a in p._actions if a.dest == "command").choices["dry-run"]
     missing = [a.dest for a in sub._actions if a.dest != "help" and not a.help]
     assert not missing, f"dry-run options without help text: {missing}"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# resuming from a checkpoint's seal_state.json
+
+
+def _checkpoint_state(tmp_path, content) -> tuple:
+    from seal_verl.verl_glue.config import parse_seal_config
+    from seal_verl.verl_glue.driver import STATE_FILE, SealDriver
+
+    d = SealDriver(parse_seal_config({}))
+    folder = tmp_path / "global_step_1"
+    folder.mkdir()
+    d.end_step(1)
+    d.save_to(str(folder))
+    path = folder / STATE_FILE
+    if content is not None:
+        env = json.loads(path.read_text())
+        path.write_text(content(env) if callable(content) else content)
+    return SealDriver(parse_seal_config({})), str(folder), str(path)
+
+
+@pytest.mark.parametrize("content", [
+    "", '{"format": "seal', "[]", "null",
+    lambda env: json.dumps(dict(env, state=None)),
+    lambda env: json.dumps(dict(env, state=[1])),
+    lambda env: json.dumps(dict(env, state=dict(env["state"], prevalence_ema={"pass": float("nan")}))),
+    lambda env: json.dumps(dict(env, global_step="1")),
+], ids=["empty", "truncated", "list", "null", "state_null", "state_list", "ema_nan", "step_string"])
+def test_resume_from_a_damaged_checkpoint_state_names_the_file(tmp_path, content):
+    from seal_verl.verl_glue.driver import SealResumeError
+
+    driver, folder, path = _checkpoint_state(tmp_path, content)
+    with pytest.raises(SealResumeError) as info:
+        driver.load_from(folder, 1)
+    _one_line_naming(info.value, path)
+
+
+def test_resume_from_a_good_checkpoint_state(tmp_path):
+    driver, folder, _ = _checkpoint_state(tmp_path, None)
+    driver.load_from(folder, 1)
+    assert driver.state.step == 1
