@@ -348,6 +348,9 @@ class IsolatedBackends:
                 except WorkerDied as exc:
                     failure = exc
                     break
+                if not (isinstance(result, tuple) and len(result) == 3):  # the worker failed outside a call
+                    failure = WorkerDied(f"worker process failed: {str(result)[:200]}")
+                    break
                 out.append(result)
                 self.history.append(call)
                 done += 1
