@@ -123,8 +123,10 @@ class SealObservationWrapper:
         cfg: the interface configuration; ``enabled`` false switches every cue off (ablation "no environment
             side"), ``fixed_all_on`` switches every kind on whatever ``state`` says (ablation "no closed
             loop"), ``max_cue_chars`` bounds each cue.
-        prevalence: C_t (label -> prevalence, keys from ``taxonomy.PROFILE_KEYS``); orders the capability
-            reminders. Unknown keys or values outside [0, 1] raise ``ValueError``.
+        prevalence: the current failure rates (label -> rate, keys from ``taxonomy.PROFILE_KEYS``; the loops
+            pass the closed loop's rate EMA); orders the capability reminders, and is ignored with
+            ``fixed_all_on`` (no closed loop: nothing adapts). Unknown keys or values outside [0, 1] raise
+            ``ValueError``.
 
     Attributes:
         env: the wrapped environment.
@@ -139,7 +141,10 @@ class SealObservationWrapper:
         self.env = env
         self.state = state
         self.cfg = cfg
-        self.prevalence = _check_prevalence(prevalence)
+        # Without the closed loop (every kind fixed on) nothing may adapt to C_t: the capability reminders keep
+        # their fixed order instead of being ranked by the current failure rates.
+        checked = _check_prevalence(prevalence)
+        self.prevalence = {} if cfg.fixed_all_on else checked
         if not cfg.enabled:
             kinds: set[str] = set()
         elif cfg.fixed_all_on:

@@ -13,7 +13,7 @@ kind                          family       trigger label          what it adds
 ``ask_or_abstain``            capability   spurious_tool_call     "ask when a parameter/function lacks"
 ============================  ===========  =====================  =====================================
 
-``evolve`` switches kinds with hysteresis, so that the interface does not flap when a prevalence hovers
+``evolve`` switches kinds with hysteresis, so that the interface does not flap when a trigger rate hovers
 around a threshold, and lets scaffolding fade once a failure has stayed rare for a while.
 
 Cue renderers are pure and bounded. They only ever restate what they are given: names, types and enum
@@ -120,7 +120,8 @@ class InterfaceConfig:
     """How Omega evolves and how large its cues may be.
 
     Attributes:
-        on_threshold: a kind turns on when its trigger label's (EMA) prevalence reaches this.
+        on_threshold: a kind turns on when its trigger label's (EMA) rate reaches this: the label's share of the
+            turns where it can occur (``seal_verl.profile.StepProfile.rate``), not of all turns.
         off_threshold: below this a kind starts counting towards switching off; must be < on_threshold, and
             the gap between the two is the hysteresis band where the state is simply kept.
         patience: consecutive steps below ``off_threshold`` before an active kind turns off (>= 1).
@@ -245,7 +246,9 @@ def initial_state(cfg: InterfaceConfig) -> InterfaceState:
 def evolve(state: InterfaceState, prevalence: dict[str, float], cfg: InterfaceConfig) -> InterfaceState:
     """Omega_{t+1} = evolve(Omega_t, C_t); pure, returns a new state.
 
-    Per kind, with p the prevalence of its trigger label:
+    Per kind, with p the rate of its trigger label among the turns where that label can occur (abstention
+    turns for ``spurious_tool_call``, turns with a ground-truth call for the others; the closed loop passes the
+    EMA of ``StepProfile.rate``):
 
     - off -> on as soon as ``p >= on_threshold`` (a failure that has become common gets help at once);
     - on -> off only after ``patience`` consecutive steps with ``p < off_threshold`` (help fades once the
@@ -259,8 +262,8 @@ def evolve(state: InterfaceState, prevalence: dict[str, float], cfg: InterfaceCo
 
     Args:
         state: Omega_t.
-        prevalence: label -> prevalence (normally the EMA of C_t); keys from ``taxonomy.PROFILE_KEYS``;
-            missing keys count as 0.
+        prevalence: label -> trigger rate (normally the EMA of the eligible-turn rates of C_t); keys from
+            ``taxonomy.PROFILE_KEYS``; missing keys count as 0.
         cfg: thresholds, patience and the ablation flags.
 
     Raises:

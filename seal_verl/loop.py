@@ -126,6 +126,8 @@ class ClosedLoopState:
         rho: rho_t, the utilities the next weights use.
         base_rho: the configured utilities dynamic rho is anchored to.
         prevalence_ema: EMA of the prevalence over steps (``None`` before the first step with labels).
+        rate_ema: EMA of each label's rate among the turns where it is possible (``StepProfile.rate``); what the
+            cue triggers read (``None`` before the first step with labels).
         history: one compact row per step (see ``closed_loop_step``).
     """
 
@@ -135,6 +137,7 @@ class ClosedLoopState:
     base_rho: dict[str, float]
     prevalence_ema: Optional[dict[str, float]] = None
     history: list[dict] = field(default_factory=list)
+    rate_ema: Optional[dict[str, float]] = None
 
     @classmethod
     def initial(
@@ -166,6 +169,7 @@ class ClosedLoopState:
             "rho": dict(self.rho),
             "base_rho": dict(self.base_rho),
             "prevalence_ema": None if self.prevalence_ema is None else dict(self.prevalence_ema),
+            "rate_ema": None if self.rate_ema is None else dict(self.rate_ema),
             "history": json.loads(json.dumps(self.history)),
         }
 
@@ -182,6 +186,7 @@ class ClosedLoopState:
         """
         _check_state_dict(d)
         ema = d.get("prevalence_ema")
+        rate_ema = d.get("rate_ema")
         return cls(
             step=int(d["step"]),
             interface=InterfaceState.from_dict(d["interface"]),
@@ -189,6 +194,7 @@ class ClosedLoopState:
             base_rho=tx.check_rho(d["base_rho"]),
             prevalence_ema=None if ema is None else {k: float(v) for k, v in ema.items()},
             history=json.loads(json.dumps(d.get("history", []))),
+            rate_ema=None if rate_ema is None else {k: float(v) for k, v in rate_ema.items()},
         )
 
     def save(self, path: str | os.PathLike) -> None:
@@ -325,15 +331,16 @@ def closed_loop_step(
     """One step of the loop; pure, returns the new state and the step's profile C_t.
 
     1. C_t = ``aggregate(records)``.
-    2. The prevalence EMA (rate ``interface_cfg.ema_beta``) is updated, unless the step has no labelled turn:
-       an empty step is absence of evidence, not evidence that failures vanished.
-    3. Interface: all-off without ``env_side``; all-on without ``closed_loop``; otherwise
-       ``evolve`` from the EMA (skipped on a step without labelled turns, so that no "below threshold"
-       streak is counted from no data).
+    2. The EMAs (rate ``interface_cfg.ema_beta``) of the prevalence and of the eligible-turn rates are updated,
+       unless the step has no labelled turn: an empty step is absence of evidence, not evidence that failures
+       vanished.
+    3. Interface: all-off without ``env_side``; all-on without ``closed_loop``; otherwise ``evolve`` from the
+       rate EMA, i.e. each trigger label's rate among the turns where it can occur (skipped on a step without
+       labelled turns, so that no "below threshold" streak is counted from no data).
     4. rho: ``update_rho`` only with ``closed_loop``, ``reweighting`` and ``weighting_cfg.dynamic``; static
        otherwise (without reweighting rho is unused, and keeping it fixed keeps the logs honest).
     5. A history row is appended: ``step``, ``n_trajectories``, ``success_rate``, ``prevalence`` (C_t),
-       ``prevalence_ema``, ``active`` (sorted kinds of Omega_{t+1}), ``rho`` (rho_{t+1}).
+       ``prevalence_ema``, ``rate``, ``rate_ema``, ``active`` (sorted kinds of Omega_{t+1}), ``rho`` (rho_{t+1}).
     6. ``step`` is incremented.
 
     Args:
@@ -349,9 +356,13 @@ def closed_loop_step(
         None if state.prevalence_ema is None else dict(state.prevalence_ema)
     )
 
+    rate_ema = ema_update(state.rate_ema, sp.rate, interface_cfg.ema_beta) if has_evidence else (
+        None if state.rate_ema is None else dict(state.rate_ema)
+    )
+
     eff = effective_interface_config(switches, interface_cfg)
     if not eff.enabled or eff.fixed_all_on or has_evidence:
-        interface = evolve(state.interface, ema or {}, eff)
+        interface = evolve(state.interface, rate_ema or {}, eff)
     else:
         interface = replace(
             state.interface,
@@ -371,6 +382,8 @@ def closed_loop_step(
         "success_rate": round(sp.success_rate, _ROUND),
         "prevalence": _rounded(sp.prevalence),
         "prevalence_ema": None if ema is None else _rounded(ema),
+        "rate": _rounded(sp.rate),
+        "rate_ema": None if rate_ema is None else _rounded(rate_ema),
         "active": sorted(active_kinds(interface)),
         "rho": _rounded(rho),
     }
@@ -381,6 +394,7 @@ def closed_loop_step(
         base_rho=dict(state.base_rho),
         prevalence_ema=ema,
         history=[dict(h) for h in state.history] + [row],
+        rate_ema=rate_ema,
     )
     return new_state, sp
 
@@ -388,7 +402,8 @@ def closed_loop_step(
 def metrics(state: ClosedLoopState, step_profile: StepProfile) -> dict[str, float]:
     """Flat scalar metrics for the trainer's logger, all under ``seal/``.
 
-    Names: ``seal/prevalence/<key>`` (C_t), ``seal/prevalence_ema/<key>``,
+    Names: ``seal/prevalence/<key>`` (C_t), ``seal/prevalence_ema/<key>``, ``seal/rate/<key>`` (rate among the
+    turns where the key is possible), ``seal/rate_ema/<key>`` (what the cue triggers read),
     ``seal/prevalence_by_category/<category>/<key>``, ``seal/cue_active/<kind>`` (0/1),
     ``seal/cue_family_active/<family>`` (0/1), ``seal/rho/<key>``,
     ``seal/success_rate``, ``seal/success_rate_by_category/<category>``, ``seal/n_trajectories``, ``seal/n_turns``,
@@ -403,6 +418,9 @@ def metrics(state: ClosedLoopState, step_profile: StepProfile) -> dict[str, floa
         out[f"seal/prevalence/{key}"] = float(step_profile.prevalence.get(key, 0.0))
         if state.prevalence_ema is not None:
             out[f"seal/prevalence_ema/{key}"] = float(state.prevalence_ema.get(key, 0.0))
+        out[f"seal/rate/{key}"] = float(step_profile.rate.get(key, 0.0))
+        if state.rate_ema is not None:
+            out[f"seal/rate_ema/{key}"] = float(state.rate_ema.get(key, 0.0))
     for cat, prev in step_profile.prevalence_by_category.items():
         for key in tx.PROFILE_KEYS:
             out[f"seal/prevalence_by_category/{cat}/{key}"] = float(prev.get(key, 0.0))

@@ -26,7 +26,18 @@ __all__ = [
     "aggregate",
     "ema_update",
     "zero_profile",
+    "ABSTENTION_KEYS",
+    "eligible_on_abstention",
 ]
+
+#: The profile keys only an abstention turn (empty ground truth) can carry; every other key can only occur on
+#: a turn whose ground truth calls a function.
+ABSTENTION_KEYS: tuple[str, ...] = (tx.SPURIOUS_TOOL_CALL, tx.CORRECT_ABSTENTION)
+
+
+def eligible_on_abstention(key: str) -> bool:
+    """Whether ``key`` is possible on abstention turns (else only on turns with a ground-truth call)."""
+    return key in ABSTENTION_KEYS
 
 
 def zero_profile() -> dict[str, float]:
@@ -145,8 +156,13 @@ class StepProfile:
         n_trajectories: rollouts aggregated (including those whose turns were all checker errors).
         n_turns: labelled turns (checker errors excluded); the denominator of ``prevalence``.
         n_checker_errors: turns excluded because the verifier failed; reported so a broken checker shows.
+        n_abstention_turns: labelled abstention turns (empty ground truth), part of ``n_turns``.
         prevalence: per profile key, share of all labelled turns of the step carrying it (all zeros when
             ``n_turns`` is 0).
+        rate: per profile key, share of the labelled turns where the key is possible (abstention turns for
+            ``ABSTENTION_KEYS``, the other turns for the rest) carrying it; 0 when there is no such turn. Cue
+            triggers compare this with their thresholds: abstention turns are about 12% of the training split's
+            turns, so a share of all turns could never make ``spurious_tool_call`` reach 0.15.
         counts: per profile key, number of turns carrying it.
         trajectories_with: per profile key, number of trajectories with at least one turn carrying it; the
             evidence count that dynamic rho compares against ``n_conf``.
@@ -160,7 +176,9 @@ class StepProfile:
     n_trajectories: int = 0
     n_turns: int = 0
     n_checker_errors: int = 0
+    n_abstention_turns: int = 0
     prevalence: dict[str, float] = field(default_factory=zero_profile)
+    rate: dict[str, float] = field(default_factory=zero_profile)
     counts: dict[str, int] = field(default_factory=lambda: {k: 0 for k in tx.PROFILE_KEYS})
     trajectories_with: dict[str, int] = field(default_factory=lambda: {k: 0 for k in tx.PROFILE_KEYS})
     mean_reward_with: dict[str, Optional[float]] = field(default_factory=lambda: {k: None for k in tx.PROFILE_KEYS})
@@ -197,6 +215,15 @@ def _copy_json(v: Any) -> Any:
     return v
 
 
+def eligible_rates(counts: dict[str, int], n_turns: int, n_abstention_turns: int) -> dict[str, float]:
+    """Per key: its count over the number of labelled turns where it is possible (see ``StepProfile.rate``)."""
+    out = {}
+    for k, c in counts.items():
+        n = n_abstention_turns if eligible_on_abstention(k) else n_turns - n_abstention_turns
+        out[k] = c / n if n > 0 else 0.0
+    return out
+
+
 def _shares(counts: dict[str, int], n: int) -> dict[str, float]:
     return {k: (c / n if n else 0.0) for k, c in counts.items()}
 
@@ -220,6 +247,7 @@ def aggregate(records: list[TrajectoryRecord], success_threshold: float = 1.0) -
     traj_with = {k: 0 for k in tx.PROFILE_KEYS}
     reward_sum = {k: 0.0 for k in tx.PROFILE_KEYS}
     n_turns = 0
+    n_abst = 0
     n_checker = 0
     n_success = 0
     cat_n: dict[str, int] = {}
@@ -231,6 +259,7 @@ def aggregate(records: list[TrajectoryRecord], success_threshold: float = 1.0) -
         rc, rn = rec.turn_counts()
         n_checker += sum(1 for label in rec.labels if label == tx.CHECKER_ERROR)
         n_turns += rn
+        n_abst += sum(1 for label, abst in zip(rec.labels, rec.abstention) if abst and label != tx.CHECKER_ERROR)
         success = rec.reward >= success_threshold
         n_success += int(success)
         cat = rec.category
@@ -250,7 +279,9 @@ def aggregate(records: list[TrajectoryRecord], success_threshold: float = 1.0) -
         n_trajectories=n_traj,
         n_turns=n_turns,
         n_checker_errors=n_checker,
+        n_abstention_turns=n_abst,
         prevalence=_shares(counts, n_turns),
+        rate=eligible_rates(counts, n_turns, n_abst),
         counts=counts,
         trajectories_with=traj_with,
         mean_reward_with={k: (reward_sum[k] / traj_with[k] if traj_with[k] else None) for k in tx.PROFILE_KEYS},

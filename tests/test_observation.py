@@ -428,3 +428,22 @@ def test_works_on_any_env_with_the_interface():
     assert r.next_user[0]["content"].startswith("Again." + CUE_SEPARATOR + HINT_PREFIX + PREVIOUS_TURN_PREFIX)
     w.annotate_trace()
     assert w.trace.meta["cues"]["by_family"]["error"] == 2
+
+
+def test_no_closed_loop_does_not_rank_capability_reminders(tasks):
+    """Without the closed loop nothing adapts to C_t: the failure rates must not reorder the reminders."""
+    kinds = ("tool_affordance", "ask_or_abstain")
+    fixed = omega.InterfaceConfig(fixed_all_on=True)
+    texts = []
+    for prevalence in ({}, {"spurious_tool_call": 0.9, "missing_tool_call": 0.0},
+                       {"spurious_tool_call": 0.0, "missing_tool_call": 0.9}):
+        w = SealObservationWrapper(BFCLEnv(tasks[BASE]), state(*kinds), fixed, prevalence)
+        assert w.prevalence == {}
+        texts.append(omega.capability_cue(w.prevalence, set(kinds) & w.kinds))
+    assert texts[0] == texts[1] == texts[2]
+    # with the closed loop the same rates do reorder them
+    a = SealObservationWrapper(BFCLEnv(tasks[BASE]), state(*kinds), omega.InterfaceConfig(),
+                               {"spurious_tool_call": 0.9})
+    b = SealObservationWrapper(BFCLEnv(tasks[BASE]), state(*kinds), omega.InterfaceConfig(),
+                               {"missing_tool_call": 0.9})
+    assert omega.capability_cue(a.prevalence, set(kinds)) != omega.capability_cue(b.prevalence, set(kinds))

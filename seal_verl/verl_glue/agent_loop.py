@@ -295,7 +295,7 @@ class BFCLAgentLoopBase(AgentLoopBase):
         if not switches.env_side or not icfg.enabled:
             meta["interface_active"] = []
             return None
-        wrapper = SealObservationWrapper(env, interface, icfg, prevalence=dict(state.prevalence_ema or {}))
+        wrapper = SealObservationWrapper(env, interface, icfg, prevalence=dict(state.rate_ema or {}))
         meta["interface_active"] = sorted(wrapper.kinds)
         return wrapper
 
