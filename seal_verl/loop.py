@@ -259,7 +259,7 @@ def _check_state_dict(d: Any) -> None:
 
     if not isinstance(d, dict):
         raise StateFileError(f"the closed-loop state must be a JSON object, got {type(d).__name__}")
-    allowed = {"version", "step", "interface", "rho", "base_rho", "prevalence_ema", "history"}
+    allowed = {"version", "step", "interface", "rho", "base_rho", "prevalence_ema", "rate_ema", "history"}
     unknown = sorted(set(d) - allowed)
     if unknown:
         raise StateFileError(f"unknown field(s) {unknown} in the closed-loop state")
@@ -302,15 +302,17 @@ def _check_state_dict(d: Any) -> None:
                 raise StateFileError(f"unknown key {k!r} in {key!r}; known keys: {', '.join(tx.PROFILE_KEYS)}")
             if not _is_number(v) or not math.isfinite(v) or not tx.RHO_MIN <= v <= tx.RHO_MAX:
                 raise bad(f"{key}.{k}", f"a number in [{tx.RHO_MIN}, {tx.RHO_MAX}]", v)
-    ema = d.get("prevalence_ema")
-    if ema is not None:
+    for key in ("prevalence_ema", "rate_ema"):
+        ema = d.get(key)
+        if ema is None:
+            continue
         if not isinstance(ema, dict):
-            raise bad("prevalence_ema", "null or an object of shares", ema)
+            raise bad(key, "null or an object of shares", ema)
         for k, v in ema.items():
             if k not in tx.PROFILE_KEYS:
-                raise StateFileError(f"unknown key {k!r} in 'prevalence_ema'; known keys: {', '.join(tx.PROFILE_KEYS)}")
+                raise StateFileError(f"unknown key {k!r} in {key!r}; known keys: {', '.join(tx.PROFILE_KEYS)}")
             if not _is_number(v) or not math.isfinite(v) or not 0.0 <= v <= 1.0:
-                raise bad(f"prevalence_ema.{k}", "a share in [0, 1]", v)
+                raise bad(f"{key}.{k}", "a share in [0, 1]", v)
     history = d.get("history", [])
     if not isinstance(history, list) or not all(isinstance(row, dict) for row in history):
         raise bad("history", "a list of objects", history if not isinstance(history, list) else "[...]")

@@ -69,6 +69,7 @@ BAD_STATES = {
     "ema_nan": (lambda: _mutated(prevalence_ema={"pass": float("nan")}), "prevalence_ema.pass"),
     "ema_above_one": (lambda: _mutated(prevalence_ema={"pass": 1.5}), "prevalence_ema.pass"),
     "ema_unknown_key": (lambda: _mutated(prevalence_ema={"no_such_label": 0.1}), "prevalence_ema"),
+    "rate_ema_negative": (lambda: _mutated(rate_ema={"pass": -0.5}), "rate_ema.pass"),
     "active_string_false": (lambda: _mutated(interface__active={KIND: "false"}), f"interface.active.{KIND}"),
     "streak_negative": (lambda: _mutated(interface__streak_below={KIND: -1}), f"interface.streak_below.{KIND}"),
     "version_string": (lambda: _mutated(version="1"), "version"),
