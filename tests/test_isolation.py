@@ -161,3 +161,11 @@ def test_verifier_does_not_rerun_a_call_the_rollout_recorded_as_timed_out(tasks)
     j = judge_trace(task, env.trace, call_timeout_s=10.0)
     assert time.perf_counter() - t0 < 5.0
     assert len(j.labels) == task.n_turns
+    outcomes: list = []
+    from env_wrappers.bfcl.judge import _timed_out_positions
+    from env_wrappers.bfcl.verifier import verify
+
+    verify(task, env.trace.decoded_steps(), call_timeout_s=10.0, model_outcomes=outcomes,
+           timed_out=_timed_out_positions(env.trace))
+    recorded = [c.result for t in env.trace.turns for a in t.attempts for c in a.calls if c.parsed]
+    assert [o[0] for turn in outcomes for o in turn] == recorded  # the verifier saw what the rollout saw

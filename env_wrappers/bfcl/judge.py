@@ -102,12 +102,12 @@ def _judge(task: BFCLTask, trace: Trace, strict_abstention: bool, call_timeout_s
 
 
 def _timed_out_positions(trace: Trace) -> list | None:
-    """Per turn, the positions among the turn's decoded calls (as ``decoded_steps`` flattens them) whose
-    recorded result is a time-limit error; None when there is none (the common case)."""
+    """Per turn, ``{position: result text}`` of the turn's decoded calls (positions as ``decoded_steps``
+    flattens them) whose recorded result is a time-limit error; None when there is none (the common case)."""
     out, found = [], False
     for t in trace.turns:
         calls = [c for a in t.attempts for c in a.calls if c.parsed and c.call is not None]
-        hits = [i for i, c in enumerate(calls) if is_timeout_result(c.result)]
+        hits = {i: c.result for i, c in enumerate(calls) if is_timeout_result(c.result)}
         found = found or bool(hits)
         out.append(hits)
     return out if found else None

@@ -119,19 +119,20 @@ def _ground_truth_state(task: BFCLTask, gt_calls_so_far: list, call_timeout_s: f
     return b
 
 
-def _run_model_calls(backends: Backends, calls: list, timed_out: set, call_timeout_s: float | None) -> list:
+def _run_model_calls(backends: Backends, calls: list, timed_out: dict, call_timeout_s: float | None) -> list:
     """Run the model's calls of one turn; a call the rollout recorded as stopped at its time limit is not
-    run again (the isolated rollout dropped its effects: see ``isolation``) and gets the same error."""
+    run again (the isolated rollout dropped its effects: see ``isolation``) and gets the rollout's error."""
     if not timed_out:
         return backends.execute_many(calls)
     out: list = [None] * len(calls)
     run = [i for i in range(len(calls)) if i not in timed_out]
     for i, r in zip(run, backends.execute_many([calls[i] for i in run])):
         out[i] = r
-    for i in timed_out:
+    for i, text in timed_out.items():
         if i < len(calls):
-            name = calls[i].split("(", 1)[0].strip()
-            out[i] = (timeout_text(name, call_timeout_s if call_timeout_s is not None else 0), True, True)
+            if not isinstance(text, str):
+                text = timeout_text(calls[i].split("(", 1)[0].strip(), call_timeout_s or 0)
+            out[i] = (text, True, True)
     return out
 
 
@@ -153,9 +154,9 @@ def verify(task: BFCLTask, decoded: list, strict_abstention: bool = False, attem
             of the model's calls on the cumulative model path (fresh instances, the calls in order: what an
             environment replaying the same calls would get). ``judge_result`` uses them instead of running
             every call a second time in its replay.
-        timed_out: per turn, the positions (in the turn's flattened calls) of calls the rollout recorded as
-            stopped at their time limit; they are not run again (a call that overran once would stall the
-            verifier too) and get the rollout's timeout error.
+        timed_out: per turn, ``{position: recorded error text}`` for the calls (positions in the turn's
+            flattened calls) the rollout recorded as stopped at their time limit; they are not run again (a
+            call that overran once would stall the verifier too) and get the rollout's error text.
     """
     n = task.n_turns
     if len(decoded) != n:
@@ -175,7 +176,7 @@ def verify(task: BFCLTask, decoded: list, strict_abstention: bool = False, attem
         ev = TurnEvidence(index=k, abstention=not gt_calls, gt_calls=gt_calls, model_calls=flat)
         verdict.turns.append(ev)
         try:
-            skip = set(timed_out[k]) if timed_out is not None and k < len(timed_out) else set()
+            skip = dict(timed_out[k]) if timed_out is not None and k < len(timed_out) else {}
             outcomes = _run_model_calls(model, flat, skip, call_timeout_s)
             if model_outcomes is not None:
                 model_outcomes.append(outcomes)
