@@ -154,13 +154,21 @@ class WorkerDied(Exception):
 _WORKER_NAME = "seal-bfcl-tools"
 
 
+#: Held while a worker is forked and its pipes are set up. A fork copies every open descriptor: a worker
+#: forked by one thread while another thread's new worker still had the child's ends of its pipes open in
+#: this process would keep those ends alive, so the other worker's exit would go unnoticed (a join that
+#: waits out its timeout, a dead worker taken for a slow one).
+_FORK_LOCK = threading.Lock()
+
+
 class _Worker:
     def __init__(self, ctx, memory_limit_mb):
-        self.conn, child = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(target=_worker_main, args=(child, memory_limit_mb), daemon=True,
-                                   name=_WORKER_NAME)
-        self.process.start()
-        child.close()
+        with _FORK_LOCK:
+            self.conn, child = ctx.Pipe(duplex=True)
+            self.process = ctx.Process(target=_worker_main, args=(child, memory_limit_mb), daemon=True,
+                                       name=_WORKER_NAME)
+            self.process.start()
+            child.close()
         self.memory_limit_mb = memory_limit_mb
 
     def request(self, msg, timeout: float | None):
@@ -179,7 +187,7 @@ class _Worker:
     def kill(self) -> None:
         try:
             self.process.kill()
-            self.process.join(5)
+            self.process.join(2)
         except Exception:  # noqa: BLE001
             pass
         try:
