@@ -119,7 +119,7 @@ def parse_bool(value: Any, where: str) -> bool:
             return True
         if low in _FALSE:
             return False
-    raise SealConfigError(f"{where} must be true or false, got {value!r}")
+    raise SealConfigError(f"{where} must be a boolean (true or false), got {value!r}")
 
 
 def _bool_fields(cls: type) -> set:
