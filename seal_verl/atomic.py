@@ -1,19 +1,44 @@
 """Crash-safe file writes: write a temporary file beside the target, fsync, then ``os.replace``.
 
 A crash mid-write leaves the previous file intact, never a truncated one. Used for the closed-loop state
-and the run folder, which a resumed run must be able to trust.
+and the run folder, which a resumed run must be able to trust. A process killed between creating the
+temporary file and the rename leaves that file behind; the next save (or load) of the same target removes
+such leftovers once they are older than any write in progress could be.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import tempfile
+import time
+
+#: A temporary file older than this (seconds) belongs to no write in progress: every write finishes in far
+#: less time than this.
+STALE_TEMP_AGE_S = 60.0
+
+
+def remove_stale_temp_files(path: str, prefix: str = ".seal.", min_age_s: float = STALE_TEMP_AGE_S) -> int:
+    """Remove temporary files of interrupted atomic writes beside ``path`` (same prefix, older than
+    ``min_age_s``). Returns how many were removed; never raises."""
+    directory = os.path.dirname(os.path.abspath(path))
+    removed = 0
+    now = time.time()
+    for tmp in glob.glob(os.path.join(glob.escape(directory), glob.escape(prefix) + "*.tmp")):
+        try:
+            if now - os.path.getmtime(tmp) >= min_age_s:
+                os.unlink(tmp)
+                removed += 1
+        except OSError:
+            pass
+    return removed
 
 
 def atomic_write_text(path: str, text: str, prefix: str = ".seal.") -> str:
     """Replace ``path`` with ``text`` (UTF-8) atomically; creates the parent folder. Returns ``path``."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
+    remove_stale_temp_files(path, prefix)
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -28,3 +53,31 @@ def atomic_write_text(path: str, text: str, prefix: str = ".seal.") -> str:
             pass
         raise
     return path
+
+
+class FileContentError(ValueError):
+    """A file that exists but cannot be used; the message is one line that names the file."""
+
+
+def read_json_object(path: str, what: str, temp_prefix: str | None = None) -> dict:
+    """Read a JSON file that must hold an object (after removing leftovers of interrupted writes with
+    ``temp_prefix`` beside it). Every failure is a :class:`FileContentError` naming the file and ``what`` it
+    should hold: unreadable, empty, not JSON, not an object."""
+    if temp_prefix is not None:
+        remove_stale_temp_files(path, temp_prefix)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FileContentError(f"{path}: cannot read the {what}: {exc}") from None
+    if not text.strip():
+        raise FileContentError(f"{path}: the {what} file is empty")
+    try:
+        import json
+
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise FileContentError(f"{path}: the {what} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise FileContentError(f"{path}: expected a JSON object as the {what}, got {type(data).__name__}")
+    return data

@@ -1,14 +1,16 @@
 """The ``seal-verl`` command line.
 
-    seal-verl diagnose RESULT_FILE_OR_DIR... [--out labels.jsonl] [--plot labels.png]
-    seal-verl demo-results OUT.jsonl          # writes a demo result file with every failure kind
-    seal-verl prepare-data --out DIR [--call-format json|python] [--split-file SPLIT.json]
+    seal-verl diagnose RESULT_FILE_OR_DIR... [--out labels.jsonl] [--plot labels.png] [--force]
+    seal-verl demo-results OUT.jsonl [--force] # writes a demo result file with every failure kind
+    seal-verl prepare-data --out DIR [--call-format json|python] [--split-file SPLIT.json] [--force]
     seal-verl dry-run [--out runs/dry] [--steps 6] [--tasks-per-step 4] [--rollouts 4]
     seal-verl eval --base-url URL --model NAME --out DIR [--split eval] [--mode fc|prompt] ...
     seal-verl report RUN_DIR... [--out report] [--names NAME...]
     seal-verl bfcl-ids [--split eval] [--out FILE]   # restricts `bfcl generate --run-ids` to a split
 
-Subcommands import their environment lazily so ``seal-verl --help`` stays instant.
+Subcommands import their environment lazily so ``seal-verl --help`` stays instant. A mistake in the
+arguments or the files they name ends in one line on stderr and exit status 2; an existing output file is
+never replaced without ``--force``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import json
 import os
 import sys
 
+
+from .cli_checks import UsageError
 
 #: The environment whose own subcommands (``diagnose``, ``demo-results``, ``prepare-data``) the CLI runs.
 DEFAULT_ENV = "bfcl"
@@ -58,34 +62,13 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
     )
     if args.ablation:
         switches = {"env_side": True, "reweighting": True, "closed_loop": True}
-        switches[{"no-env-side": "env_side", "no-reweighting": "reweighting", "no-closed-loop": "closed_loop"}[args.ablation]] = False
+        switches[ABLATIONS[args.ablation]] = False
         cfg.seal["switches"] = switches
     run_dry(cfg)
     return 0
 
 
 # ------------------------------------------------------------------------------------------- eval
-def _cmd_eval(args: argparse.Namespace) -> int:
-    from env_wrappers.bfcl.evaluate import EvalConfig, EvalError, format_scores, run_eval
-
-    cfg = EvalConfig(
-        base_url=args.base_url, model=args.model, out=args.out, split=args.split,
-        categories=args.category or [], ids=args.ids or [], mode=args.mode, call_format=args.call_format,
-        backbone=args.backbone, concurrency=args.concurrency, temperature=args.temperature,
-        max_tokens=args.max_tokens, api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
-        timeout_s=args.timeout, retries=args.retries, progress=not args.no_progress,
-    )
-    try:
-        summary = run_eval(cfg)
-    except EvalError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(format_scores(summary))
-    print(f"results, labels.jsonl and scores.json written to {args.out}"
-          + (f" ({summary.n_errors} task(s) failed at the server: inference errors)" if summary.n_errors else ""))
-    return 130 if summary.interrupted else 0
-
-
 def _add_eval_parser(sub) -> None:
     ev = sub.add_parser("eval", help="held-out BFCL multi-turn accuracy of a model behind an OpenAI-compatible server")
     ev.add_argument("--base-url", required=True, help="server URL, e.g. http://127.0.0.1:8000/v1")
@@ -108,36 +91,14 @@ def _add_eval_parser(sub) -> None:
     ev.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for one answer")
     ev.add_argument("--retries", type=int, default=4, help="retries on connection errors, 429 and 5xx")
     ev.add_argument("--no-progress", action="store_true", help="no progress bar")
-    ev.set_defaults(func=_cmd_eval)
+    ev.set_defaults(func=lambda a: _env_command("eval", a))
 
     ids = sub.add_parser("bfcl-ids", help="write test_case_ids_to_generate.json for `bfcl generate --run-ids`")
     ids.add_argument("--split", default="eval", choices=["eval", "train", "all"])
     ids.add_argument("--category", nargs="+", metavar="CAT", help="only these categories")
     ids.add_argument("--out", default=None,
                      help="default: $BFCL_PROJECT_ROOT/test_case_ids_to_generate.json (where bfcl generate reads it)")
-    ids.set_defaults(func=_cmd_bfcl_ids)
-
-
-def _cmd_bfcl_ids(args: argparse.Namespace) -> int:
-    from env_wrappers.bfcl.evaluate import EvalError, bfcl_id_file
-
-    from .atomic import atomic_write_text
-
-    out = args.out
-    if out is None:
-        root = os.environ.get("BFCL_PROJECT_ROOT")
-        if not root:
-            print("error: give --out or set BFCL_PROJECT_ROOT (bfcl generate reads the file from there)", file=sys.stderr)
-            return 2
-        out = os.path.join(root, "test_case_ids_to_generate.json")
-    try:
-        ids = bfcl_id_file(args.split, args.category)
-    except EvalError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    atomic_write_text(out, json.dumps(ids, indent=2) + "\n")
-    print(f"wrote {sum(map(len, ids.values()))} task ids ({args.split} split) to {out}")
-    return 0
+    ids.set_defaults(func=lambda a: _env_command("bfcl-ids", a))
 
 
 # ------------------------------------------------------------------------------------------- report
@@ -162,6 +123,32 @@ def _add_report_parser(sub) -> None:
     rp.set_defaults(func=_cmd_report)
 
 
+#: ``--ablation`` values: the recipes' names (``no_env_side``, ...) and their older hyphenated spellings.
+ABLATIONS = {f"no_{k}": k for k in ("env_side", "reweighting", "closed_loop")}
+_ABLATION_ALIASES = {k.replace("_", "-"): k for k in ABLATIONS}
+
+
+def _ablation(value: str) -> str:
+    value = _ABLATION_ALIASES.get(value, value)
+    if value not in ABLATIONS:
+        raise argparse.ArgumentTypeError(f"unknown ablation {value!r}; choose from {', '.join(ABLATIONS)}")
+    return value
+
+
+def _int_at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="seal-verl", description="SEAL for verl: diagnosis, data, training glue.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -174,12 +161,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how model steps encode calls (auto: decide per step by its form)")
     d.add_argument("--strict-abstention", action="store_true",
                    help="also fail tasks with a tool call on an abstention turn (not the official score)")
+    d.add_argument("--force", action="store_true", help="replace --out / --plot files that already exist")
     d.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     d.add_argument("--progress-min", type=int, default=50, help=argparse.SUPPRESS)
     d.set_defaults(func=_cmd_diagnose)
 
     r = sub.add_parser("demo-results", help="write a demo result file with every failure kind")
-    r.add_argument("out")
+    r.add_argument("out", help="the JSONL file to write")
+    r.add_argument("--force", action="store_true", help="replace the file if it exists")
     r.set_defaults(func=_cmd_demo_results)
 
     pd_ = sub.add_parser("prepare-data", help="write the BFCL train/eval split as verl parquet datasets")
@@ -188,21 +177,29 @@ def build_parser() -> argparse.ArgumentParser:
                      help="how the model writes tool calls: <tool_call> JSON blocks or a Python call list")
     pd_.add_argument("--split-file", default=None,
                      help='JSON {"train": [ids], "eval": [ids]}; default: the shipped SEAL 400/400 split')
+    pd_.add_argument("--force", action="store_true", help="replace train.parquet / eval.parquet if they exist")
     pd_.set_defaults(func=_cmd_prepare_data)
 
     dr = sub.add_parser("dry-run", help="the closed loop on CPU for a few steps: real verl agent-loop worker, env, "
                         "wrapper, reward, advantage and state update; a scripted LLM instead of generation")
     dr.add_argument("--out", default="runs/dry", help="run folder (state_step_k.json, traces_step_k.jsonl, metrics.jsonl)")
-    dr.add_argument("--steps", type=int, default=6)
-    dr.add_argument("--tasks-per-step", type=int, default=4)
-    dr.add_argument("--rollouts", type=int, default=4, help="GRPO group size (rollout.n)")
-    dr.add_argument("--val-tasks", type=int, default=2, help="held-out tasks for the final validation pass (bfcl loop)")
-    dr.add_argument("--call-format", default="json", choices=["json", "python"])
-    dr.add_argument("--seed", type=int, default=0)
+    dr.add_argument("--steps", type=_int_at_least(1), default=6, help="training steps to run (default 6)")
+    dr.add_argument("--tasks-per-step", type=_int_at_least(1), default=4,
+                    help="BFCL training tasks per step (default 4)")
+    dr.add_argument("--rollouts", type=_int_at_least(1), default=4, help="GRPO group size, rollout.n (default 4)")
+    dr.add_argument("--val-tasks", type=_int_at_least(0), default=2,
+                    help="held-out tasks for the final validation pass (default 2; 0 skips it)")
+    dr.add_argument("--call-format", default="json", choices=["json", "python"],
+                    help="how the scripted model writes calls: <tool_call> JSON blocks or a Python call list")
+    dr.add_argument("--seed", type=int, default=0, help="seed of the task sampling and the scripted model")
     dr.add_argument("--model", default=None, help="tiny model folder (made there if missing; default OUT/model)")
-    dr.add_argument("--max-tokens-per-turn", type=int, default=None)
-    dr.add_argument("--max-cue-tokens", type=int, default=None)
-    dr.add_argument("--ablation", default=None, choices=["no-env-side", "no-reweighting", "no-closed-loop"])
+    dr.add_argument("--max-tokens-per-turn", type=_int_at_least(1), default=None,
+                    help="token budget of one turn's responses (default: the agent loop's)")
+    dr.add_argument("--max-cue-tokens", type=_int_at_least(0), default=None,
+                    help="token budget of the cues added to one observation (default: the interface's)")
+    dr.add_argument("--ablation", default=None, type=_ablation, metavar="{" + ",".join(ABLATIONS) + "}",
+                    help="switch one side of SEAL off, as the recipes' ablations do "
+                         "(the hyphenated spellings no-env-side etc. are accepted too)")
     dr.add_argument("--no-progress", action="store_true", help="no progress bar")
     dr.set_defaults(func=_cmd_dry_run)
 
@@ -213,7 +210,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a file or folder the command was pointed at cannot be used
+        where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
+        print(f"error:{where}: {exc.strerror or exc}" if where else f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

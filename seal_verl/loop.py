@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Optional
 
-from seal_verl.atomic import atomic_write_text
+from seal_verl.atomic import FileContentError, atomic_write_text, read_json_object
 from seal_verl import taxonomy as tx
 from seal_verl.interface import (
     CUE_KINDS,
@@ -175,14 +175,16 @@ class ClosedLoopState:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ClosedLoopState":
-        """Inverse of ``to_dict``; rejects another format version and invalid utilities.
+        """Inverse of ``to_dict``; every field is checked for type and range (a damaged or hand-edited
+        state fails here, naming the field, not one training step later).
 
         Args:
             d: a dict from ``to_dict`` (e.g. read back from a checkpoint).
+
+        Raises:
+            StateFileError: the first invalid field, named in the message.
         """
-        version = d.get("version", STATE_FORMAT_VERSION)
-        if version != STATE_FORMAT_VERSION:
-            raise ValueError(f"closed-loop state has format version {version}; this code reads {STATE_FORMAT_VERSION}")
+        _check_state_dict(d)
         ema = d.get("prevalence_ema")
         rate_ema = d.get("rate_ema")
         return cls(
@@ -204,17 +206,116 @@ class ClosedLoopState:
             path: destination file; its directory is created if missing.
         """
         payload = json.dumps(self.to_dict(), indent=1, sort_keys=True)  # serialise before touching the disk
-        atomic_write_text(os.fspath(path), payload, prefix=".seal_state.")
+        atomic_write_text(os.fspath(path), payload, prefix=_TEMP_PREFIX)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "ClosedLoopState":
-        """Read a state written by ``save``.
+        """Read a state written by ``save``; temporary files of interrupted saves beside it are removed.
 
         Args:
             path: the file.
+
+        Raises:
+            StateFileError: one line naming the file and what is wrong with it (unreadable, not JSON, not
+                an object, or the first invalid field).
         """
-        with open(path, encoding="utf-8") as fh:
-            return cls.from_dict(json.load(fh))
+        path = os.fspath(path)
+        try:
+            data = read_json_object(path, "closed-loop state", temp_prefix=_TEMP_PREFIX)
+        except FileContentError as exc:
+            raise StateFileError(str(exc)) from None
+        try:
+            return cls.from_dict(data)
+        except StateFileError as exc:
+            raise StateFileError(f"{path}: {exc}") from None
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise StateFileError(f"{path}: invalid closed-loop state: {exc}") from None
+
+
+_TEMP_PREFIX = ".seal_state."
+
+
+class StateFileError(ValueError):
+    """A saved closed-loop state that cannot be used; the message is one line naming the field."""
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check_state_dict(d: Any) -> None:
+    """Type and range checks of every field of a saved state (see ``ClosedLoopState.to_dict``)."""
+    import math
+
+    def bad(field_name: str, what: str, value: Any) -> StateFileError:
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        return StateFileError(f"field {field_name!r} must be {what}, got {shown}")
+
+    if not isinstance(d, dict):
+        raise StateFileError(f"the closed-loop state must be a JSON object, got {type(d).__name__}")
+    allowed = {"version", "step", "interface", "rho", "base_rho", "prevalence_ema", "rate_ema", "history"}
+    unknown = sorted(set(d) - allowed)
+    if unknown:
+        raise StateFileError(f"unknown field(s) {unknown} in the closed-loop state")
+    version = d.get("version", STATE_FORMAT_VERSION)
+    if not _is_int(version):
+        raise bad("version", f"the integer {STATE_FORMAT_VERSION}", version)
+    if version != STATE_FORMAT_VERSION:
+        raise StateFileError(f"the closed-loop state has format version {version}; this code reads version "
+                             f"{STATE_FORMAT_VERSION}")
+    for key in ("step", "interface", "rho", "base_rho"):
+        if key not in d:
+            raise StateFileError(f"field {key!r} is missing from the closed-loop state")
+    if not _is_int(d["step"]) or d["step"] < 0:
+        raise bad("step", "a non-negative integer", d["step"])
+    iface = d["interface"]
+    if not isinstance(iface, dict):
+        raise bad("interface", "an object", iface)
+    unknown = sorted(set(iface) - {"active", "streak_below", "step"})
+    if unknown:
+        raise StateFileError(f"unknown field(s) {unknown} in 'interface'")
+    for key, check, what in (("active", lambda v: isinstance(v, bool), "true or false"),
+                             ("streak_below", lambda v: _is_int(v) and v >= 0, "a non-negative integer")):
+        table = iface.get(key, {})
+        if not isinstance(table, dict):
+            raise bad(f"interface.{key}", "an object of cue kinds", table)
+        for kind, v in table.items():
+            if kind not in CUE_KINDS:
+                raise StateFileError(f"unknown cue kind {kind!r} in 'interface.{key}'; known kinds: "
+                                     f"{', '.join(CUE_KINDS)}")
+            if not check(v):
+                raise bad(f"interface.{key}.{kind}", what, v)
+    if "step" in iface and (not _is_int(iface["step"]) or iface["step"] < 0):
+        raise bad("interface.step", "a non-negative integer", iface["step"])
+    for key in ("rho", "base_rho"):
+        table = d[key]
+        if not isinstance(table, dict):
+            raise bad(key, "an object of utilities", table)
+        for k, v in table.items():
+            if k not in tx.PROFILE_KEYS:
+                raise StateFileError(f"unknown key {k!r} in {key!r}; known keys: {', '.join(tx.PROFILE_KEYS)}")
+            if not _is_number(v) or not math.isfinite(v) or not tx.RHO_MIN <= v <= tx.RHO_MAX:
+                raise bad(f"{key}.{k}", f"a number in [{tx.RHO_MIN}, {tx.RHO_MAX}]", v)
+    for key in ("prevalence_ema", "rate_ema"):
+        ema = d.get(key)
+        if ema is None:
+            continue
+        if not isinstance(ema, dict):
+            raise bad(key, "null or an object of shares", ema)
+        for k, v in ema.items():
+            if k not in tx.PROFILE_KEYS:
+                raise StateFileError(f"unknown key {k!r} in {key!r}; known keys: {', '.join(tx.PROFILE_KEYS)}")
+            if not _is_number(v) or not math.isfinite(v) or not 0.0 <= v <= 1.0:
+                raise bad(f"{key}.{k}", "a share in [0, 1]", v)
+    history = d.get("history", [])
+    if not isinstance(history, list) or not all(isinstance(row, dict) for row in history):
+        raise bad("history", "a list of objects", history if not isinstance(history, list) else "[...]")
 
 
 def initial(switches: SealSwitches, interface_cfg: InterfaceConfig, weighting_cfg: WeightingConfig) -> ClosedLoopState:

@@ -542,3 +542,90 @@ def test_schema_fast_path_agrees_with_jsonschema(tasks):
                 fast += not want
     print(f"\nschema fast path: {checked} argument sets, {fast} valid")
     assert checked > 1000 and 0 < fast < checked
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Call limit in every format, and messages of any size decoded in linear time
+
+
+def _executed(result) -> int:
+    return sum(1 for r in result.tool_results if not r.content.startswith("Error during execution: message"))
+
+
+@pytest.mark.parametrize("shape", ["one_object_many_keys", "many_objects"])
+def test_fc_call_limit_holds_for_objects_with_many_keys(tasks, shape):
+    """A function-calling step yields at most MAX_CALLS calls, however the calls are packed into objects."""
+    n = 5000
+    if shape == "one_object_many_keys":
+        step = {f"pwd{i}" if i else "pwd": "{}" for i in range(n)}
+    else:
+        step = [{"pwd": "{}"} for _ in range(n)]
+    env = BFCLEnv(tasks["multi_turn_base_0"], call_format="fc", call_timeout_s=None)
+    env.reset()
+    decoded = calls_mod.decode(step, "fc")
+    assert len(decoded.calls) <= calls_mod.MAX_CALLS + 1
+    assert decoded.calls[-1].parse_status == "too_large"
+    assert "more than 64 calls" in decoded.calls[-1].parse_error
+    result = env.step(step)
+    ran = sum(1 for c in env.trace.turns[0].attempts[0].calls if c.parse_status == "ok")
+    assert ran == calls_mod.MAX_CALLS
+    # the calls that ran, plus one error result that tells the agent why the rest did not
+    assert len(result.tool_results) == calls_mod.MAX_CALLS + 1
+    assert "more than 64 calls" in result.tool_results[-1].content
+
+
+LARGE_MESSAGES = {
+    # name: (message, format) -- each about 1 MB or a known quadratic case of the old decoder
+    "unclosed_json_tags_288k": ("<tool_call>\n" * 24000, "json"),
+    "unclosed_json_tags_250k": ("<tool_call>\n" * 21000, "json"),
+    "json_block_1mb": ("<tool_call>\n" + '{"name": "ls", "arguments": {"a": "' + "x" * 1_000_000 + '"}}\n</tool_call>',
+                       "json"),
+    "json_many_blocks_250k": ('<tool_call>\n{"name": "pwd", "arguments": {}}\n</tool_call>' * 5000, "json"),
+    "tabs_then_name_python": ("\t" * 64000 + "x", "python"),
+    "tabs_then_call_python_1mb": ("\t" * 1_000_000 + "x(", "python"),
+    "python_list_1mb": ("[" + "pwd()," * 170_000 + "]", "python"),
+    "spaces_in_bracket_python_1mb": ("[" + " " * 1_000_000 + "x", "python"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LARGE_MESSAGES))
+def test_large_messages_decode_fast_and_within_the_call_limit(tasks, name):
+    """Decoding is linear in the message size: a message of up to 1 MB goes through ``env.step`` in well
+    under a second (the old decoder took 18-40 s on some of these), and an oversized call attempt becomes a
+    labelled invalid attempt that says why."""
+    message, fmt = LARGE_MESSAGES[name]
+    env = BFCLEnv(tasks["multi_turn_base_0"], call_format=fmt, call_timeout_s=None)
+    env.reset()
+    t0 = time.perf_counter()
+    result = env.step(message)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 1.0, f"{name}: env.step took {elapsed:.1f}s"
+    calls = env.trace.turns[0].attempts[0].calls
+    assert sum(1 for c in calls if c.executed) <= calls_mod.MAX_CALLS
+    assert len(result.tool_results) <= calls_mod.MAX_CALLS + 1
+    if fmt == "json" and len(message) > calls_mod.MAX_MESSAGE_CHARS:
+        assert [c.parse_status for c in calls] == ["too_large"]
+        assert "exceeds the limit" in calls[0].parse_error
+
+
+def test_oversized_message_is_labelled_invalid_tool_call(tasks):
+    """A call attempt over the message size limit ends the turn as an invalid tool call, in the judge too."""
+    task = tasks["multi_turn_base_0"]
+    message = "<tool_call>\n" + '{"name": "pwd", "arguments": {"a": "' + "x" * 600_000 + '"}}\n</tool_call>'
+    result = [[message]] + [[] for _ in range(task.n_turns - 1)]
+    t0 = time.perf_counter()
+    j = judge_result(task, result, call_format="json", call_timeout_s=None)
+    assert time.perf_counter() - t0 < 2.0
+    assert j.diagnosis.labels[0] == T.INVALID_TOOL_CALL
+
+
+@pytest.mark.parametrize("message", ["<tool_call>\n" * 20000, "\t" * 60000 + "x(", "[" + " " * 60000 + "x("],
+                         ids=["unclosed_json_tags_240k", "tabs_python", "spaces_python"])
+def test_judging_a_large_step_is_fast(tasks, message):
+    """``diagnose`` (judge_result) on a result with one large step within the size limits."""
+    task = tasks["multi_turn_base_0"]
+    result = [[message]] + [[] for _ in range(task.n_turns - 1)]
+    t0 = time.perf_counter()
+    j = judge_result(task, result, call_timeout_s=None)
+    assert time.perf_counter() - t0 < 2.0
+    assert len(j.labels) == task.n_turns

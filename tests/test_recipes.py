@@ -203,7 +203,7 @@ def test_seal_defaults_and_recipe_values():
     [
         ({"weigthing": {}}, r"unknown key\(s\) \['weigthing'\] in seal"),
         ({"switches": {"env": True}}, "seal.switches"),
-        ({"switches": {"env_side": "yes"}}, "boolean"),
+        ({"switches": {"env_side": "maybe"}}, "boolean"),
         ({"weighting": {"w_minimum": 1}}, "seal.weighting"),
         ({"weighting": {"w_min": 3.0, "w_max": 2.0}}, "w_min"),
         ({"weighting": {"apply_to": "some"}}, "apply_to"),
@@ -214,7 +214,7 @@ def test_seal_defaults_and_recipe_values():
         ({"interface": {"patience": 0}}, "patience"),
         ({"interface": {"colour": "red"}}, "seal.interface"),
         ({"state_actor": {"host": "x"}}, r"seal.state_actor"),
-        ({"state_actor": {"detached": "no"}}, "detached"),
+        ({"state_actor": {"detached": "sometimes"}}, "detached"),
         ({"state_dir": 3}, "state_dir"),
         ({"switches": []}, "must be a mapping"),
     ],

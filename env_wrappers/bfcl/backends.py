@@ -32,16 +32,30 @@ ERROR_PREFIX = "Error during execution: "
 #: BFCL backend methods that write module-level state shared by every instance. In long-context mode
 #: ``VehicleControlAPI.get_outside_temperature_from_google`` stores its reading in the module dict
 #: ``LONG_WEATHER_EXTENSION`` and returns that very dict, so two rollouts calling it at the same time can
-#: each report the other's reading. Such calls run under one process-wide lock and hand back a private copy
-#: of what they return; a single call behaves exactly as before.
-SHARED_STATE_METHODS = frozenset({("VehicleControlAPI", "get_outside_temperature_from_google")})
+#: each report the other's reading; ``MathAPI.logarithm`` sets mpmath's process-wide precision and then
+#: computes with it. Such calls run under one process-wide lock and hand back a private copy of what they
+#: return; a single call behaves exactly as before. (Rollouts run their calls in worker processes of their
+#: own, see ``isolation``; this keeps the in-process paths, the verifier's, deterministic too.)
+SHARED_STATE_METHODS = frozenset({("VehicleControlAPI", "get_outside_temperature_from_google"),
+                                  ("MathAPI", "logarithm")})
 _SHARED_STATE_LOCK = threading.Lock()
+
+
+class _Formatted:
+    """A result already formatted while the shared-state lock was held (its text may depend on the
+    process-wide setting, as an mpmath number's printed digits do)."""
+
+    __slots__ = ("text", "is_error")
+
+    def __init__(self, value: Any):
+        self.text = format_result(value)
+        self.is_error = is_error_result(value)
 
 
 def _guarded(method):
     def guarded(*args, **kwargs):
         with _SHARED_STATE_LOCK:
-            return copy.deepcopy(method(*args, **kwargs))
+            return _Formatted(copy.deepcopy(method(*args, **kwargs)))
 
     return guarded
 
@@ -138,6 +152,8 @@ def _copy_config(config: Any) -> Any:
 
 def format_result(value: Any) -> str:
     """Format a backend return value exactly as BFCL's execution helper does."""
+    if type(value) is _Formatted:
+        return value.text
     if type(value) == str:  # noqa: E721 - BFCL compares exact types
         return value
     if type(value) == dict:  # noqa: E721
@@ -150,6 +166,8 @@ def format_result(value: Any) -> str:
 
 def is_error_result(value: Any) -> bool:
     """BFCL backends report most failures by returning ``{"error": ...}`` rather than raising."""
+    if type(value) is _Formatted:
+        return value.is_error
     return type(value) == dict and "error" in value  # noqa: E721
 
 

@@ -38,12 +38,18 @@ from seal_verl.trace import (
 MAX_TEXT_CHARS = 65_536
 #: Deepest bracket nesting accepted in a call's arguments.
 MAX_DEPTH = 32
-#: Largest number of calls decoded from one message.
+#: Largest number of calls decoded from one message, in every format (a function-calling object with
+#: several keys counts one call per key).
 MAX_CALLS = 64
+#: Largest message (characters) that is searched for ``<tool_call>`` blocks at all. A longer message that
+#: tries to call a tool is one invalid attempt (``too_large``) whose error text says why.
+MAX_MESSAGE_CHARS = 4 * MAX_TEXT_CHARS
 
-_TOOL_CALL_BLOCK = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.DOTALL)
+_OPEN_TAG = "<tool_call>\n"
+_CLOSE_TAG = "\n</tool_call>"
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
-_LOOKS_LIKE_PY_CALL = re.compile(r"^\s*\[?\s*[A-Za-z_][\w.]*\s*\(")
+# Applied after stripping leading whitespace: no two adjacent whitespace runs, so matching is linear.
+_LOOKS_LIKE_PY_CALL = re.compile(r"\[?\s*[A-Za-z_][\w.]*\s*\(")
 
 
 class NotLiteral(ValueError):
@@ -355,7 +361,7 @@ def decode_python(text: str) -> Decoded:
         return Decoded(calls=[CallRecord(raw=repr(text)[:200], parse_status=PARSE_BAD_STRUCTURE,
                                          parse_error="message is not text")], attempted=True, decodable=False)
     stripped = text.strip("`\n ")
-    if not _LOOKS_LIKE_PY_CALL.match(stripped) and not (
+    if not _LOOKS_LIKE_PY_CALL.match(stripped.lstrip()) and not (
             stripped.startswith("[") and stripped.endswith("]") and "(" in stripped):
         # A plain text answer. A bracketed list with a parenthesis is a call attempt even when what precedes
         # the parenthesis is no valid name (``[1cd(x=1)]``, ``[cd\x00()]``, ``[(lambda: 0)()]``): it is then an
@@ -423,6 +429,31 @@ def _json_loads_bounded(text: str) -> Any:
     return json.loads(text)
 
 
+def _tool_call_blocks(text: str):
+    """The bodies of ``<tool_call>\\n...\\n</tool_call>`` blocks, as a non-greedy DOTALL regex finds them,
+    in one left-to-right pass: each block ends at the first closing tag after its opening tag, and once no
+    closing tag follows an opening tag, none follows a later one either (a regex search would retry from
+    every later opening tag: quadratic time on a message of unclosed tags)."""
+    pos = 0
+    while True:
+        start = text.find(_OPEN_TAG, pos)
+        if start < 0:
+            return
+        end = text.find(_CLOSE_TAG, start + len(_OPEN_TAG))
+        if end < 0:
+            return
+        yield text[start + len(_OPEN_TAG):end]
+        pos = end + len(_CLOSE_TAG)
+
+
+def _too_large_message(text: str) -> Decoded:
+    """A call attempt in a message over :data:`MAX_MESSAGE_CHARS`: one undecodable, labelled attempt."""
+    return Decoded([CallRecord(raw=text[:200], parse_status=PARSE_TOO_LARGE,
+                               parse_error=f"message of {len(text)} characters exceeds the limit of "
+                                           f"{MAX_MESSAGE_CHARS} characters; no call in it was read")],
+                   attempted=True, decodable=False)
+
+
 def decode_json_blocks(text: str) -> Decoded:
     """Decode Qwen-style ``<tool_call>`` blocks the way BFCL's Qwen FC handler does, recording failures."""
     if not isinstance(text, str):
@@ -430,11 +461,12 @@ def decode_json_blocks(text: str) -> Decoded:
                                          parse_error="message is not text")], attempted=True, decodable=False)
     if "<tool_call>" not in text and "</tool_call>" not in text:
         return Decoded(attempted=False)
+    if len(text) > MAX_MESSAGE_CHARS:
+        return _too_large_message(text)
     calls: list[CallRecord] = []
     consumed = 0
-    for m in _TOOL_CALL_BLOCK.finditer(text):
+    for block in _tool_call_blocks(text):
         consumed += 1
-        block = m.group(1)
         raw = block[:2000]
         if len(calls) >= MAX_CALLS:
             calls.append(CallRecord(raw=raw[:200], parse_status=PARSE_TOO_LARGE,
@@ -473,6 +505,7 @@ def decode_fc(step: Any) -> Decoded:
         return Decoded([CallRecord(raw=repr(step)[:200], parse_status=PARSE_BAD_STRUCTURE,
                                    parse_error="function-calling step must be a list of objects")], True, False)
     calls = []
+    n_calls = 0  # calls counted so far: one per key of each object
     for item in step[: MAX_CALLS + 1]:
         raw = _raw_text(item)
         if not isinstance(item, dict) or not item:
@@ -480,9 +513,15 @@ def decode_fc(step: Any) -> Decoded:
                                     parse_error="each call must be an object {name: arguments}"))
             continue
         for name, arguments in item.items():
+            n_calls += 1
+            if n_calls > MAX_CALLS:
+                break
             calls.append(_from_json_object({"name": name, "arguments": arguments}, raw))
-    if len(step) > MAX_CALLS:
-        calls.append(CallRecord(raw="", parse_status=PARSE_TOO_LARGE, parse_error=f"more than {MAX_CALLS} calls"))
+        if n_calls > MAX_CALLS:
+            break
+    if n_calls > MAX_CALLS or len(step) > MAX_CALLS:
+        calls.append(CallRecord(raw="", parse_status=PARSE_TOO_LARGE,
+                                parse_error=f"more than {MAX_CALLS} calls in one message"))
     decodable = not any(c.parse_status in (PARSE_BAD_STRUCTURE, PARSE_BAD_SYNTAX) for c in calls)
     return _finish(calls, decodable)
 

@@ -9,25 +9,36 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+
+from seal_verl.cli_checks import UsageError, check_output_file
 
 
 def diagnose(args: argparse.Namespace) -> int:
     """``seal-verl diagnose``: official verdict and Psi's labels for ``bfcl generate`` result files."""
     from tqdm import tqdm
 
-    from seal_verl.report import format_table, plot, summarise
-
     from .judge import judge_result
     from .result_files import ReadProblem, count_lines, expand_paths, read_entries
     from .tasks import load_tasks
 
+    from seal_verl.report import format_table, plot, summarise
+
+    if args.out:
+        check_output_file(args.out, args.force, "--out")
+    if args.plot:
+        check_output_file(args.plot, args.force, "--plot")
+        if args.out and os.path.abspath(args.out) == os.path.abspath(args.plot):
+            raise UsageError("--out and --plot name the same file")
     tasks = load_tasks()
     files = expand_paths(args.inputs)
     if not files:
         print("error: no result files found in the given paths", file=sys.stderr)
         return 2
     total = sum(count_lines(p) for p in files)
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     out = open(args.out, "w") if args.out else None
     rows, problems = [], []
     show_bar = not args.no_progress and total >= args.progress_min
@@ -58,6 +69,7 @@ def diagnose(args: argparse.Namespace) -> int:
     if stats:
         print(format_table(stats))
     if args.plot and stats:
+        os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
         plot(stats, args.plot, title=f"{len(rows)} tasks")
         print(f"plot written to {args.plot}")
     if problems:
@@ -72,6 +84,7 @@ def demo_results(args: argparse.Namespace) -> int:
     """``seal-verl demo-results``: a result file with every failure kind."""
     from .demo import write_demo_results
 
+    check_output_file(args.out, args.force, "OUT")
     n = write_demo_results(args.out)
     print(f"wrote {n} demo result entries to {args.out}")
     return 0
@@ -79,12 +92,61 @@ def demo_results(args: argparse.Namespace) -> int:
 
 def prepare_data_command(args: argparse.Namespace) -> int:
     """``seal-verl prepare-data``: the SEAL split as verl parquet files."""
-    from .prepare_data import format_summary, prepare_data
+    from .prepare_data import SPLIT_FILES, format_summary, prepare_data
 
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise UsageError(f"--out {args.out}: is a file; give a folder")
+    for fname, _ in SPLIT_FILES.values():
+        check_output_file(os.path.join(args.out, fname), args.force, "--out")
     try:
         summary = prepare_data(args.out, call_format=args.call_format, split_file=args.split_file)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(format_summary(summary))
+    return 0
+
+
+def eval_command(args: argparse.Namespace) -> int:
+    """``seal-verl eval``: BFCL's multi-turn protocol against an OpenAI-compatible server."""
+    from .evaluate import EvalConfig, EvalError, format_scores, run_eval
+
+    cfg = EvalConfig(
+        base_url=args.base_url, model=args.model, out=args.out, split=args.split,
+        categories=args.category or [], ids=args.ids or [], mode=args.mode, call_format=args.call_format,
+        backbone=args.backbone, concurrency=args.concurrency, temperature=args.temperature,
+        max_tokens=args.max_tokens, api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
+        timeout_s=args.timeout, retries=args.retries, progress=not args.no_progress,
+    )
+    try:
+        summary = run_eval(cfg)
+    except EvalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_scores(summary))
+    print(f"results, labels.jsonl and scores.json written to {args.out}"
+          + (f" ({summary.n_errors} task(s) failed at the server: inference errors)" if summary.n_errors else ""))
+    return 130 if summary.interrupted else 0
+
+
+def bfcl_ids_command(args: argparse.Namespace) -> int:
+    """``seal-verl bfcl-ids``: the id file that restricts ``bfcl generate --run-ids`` to a split."""
+    from .evaluate import EvalError, bfcl_id_file
+
+    from seal_verl.atomic import atomic_write_text
+
+    out = args.out
+    if out is None:
+        root = os.environ.get("BFCL_PROJECT_ROOT")
+        if not root:
+            print("error: give --out or set BFCL_PROJECT_ROOT (bfcl generate reads the file from there)", file=sys.stderr)
+            return 2
+        out = os.path.join(root, "test_case_ids_to_generate.json")
+    try:
+        ids = bfcl_id_file(args.split, args.category)
+    except EvalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    atomic_write_text(out, json.dumps(ids, indent=2) + "\n")
+    print(f"wrote {sum(map(len, ids.values()))} task ids ({args.split} split) to {out}")
     return 0

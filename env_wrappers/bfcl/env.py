@@ -44,11 +44,16 @@ class BFCLEnv:
         call_format: ``json`` (Qwen ``<tool_call>`` blocks), ``python`` (BFCL's prompt-mode call list) or
             ``fc`` (pre-decoded ``{name: arguments}`` steps) or ``auto`` (each message by its form; replay).
         max_steps_per_turn: executed steps allowed per user turn before the episode is force-terminated.
-        call_timeout_s: per-call time limit for backend calls (None = no limit, run inline).
+        call_timeout_s: per-call time limit for backend calls (None = no limit, run inline: for trusted,
+            scripted calls only).
+        isolate: run the calls in a worker process of this rollout's own (``isolation.IsolatedBackends``),
+            where the time limit holds for any call and no process-wide setting is shared with another
+            rollout. The default whenever there is a time limit; ``False`` keeps the in-process worker-thread
+            limit, which a call that holds the interpreter lock overruns.
     """
 
     def __init__(self, task: BFCLTask, call_format: str = "json", max_steps_per_turn: int = MAX_STEPS_PER_TURN,
-                 call_timeout_s: float | None = 10.0):
+                 call_timeout_s: float | None = 10.0, isolate: bool | None = None):
         if call_format not in _calls.CALL_FORMATS:
             raise ValueError(f"call_format must be one of {', '.join(_calls.CALL_FORMATS)}, got {call_format!r}")
         if max_steps_per_turn < 1:
@@ -56,8 +61,11 @@ class BFCLEnv:
         self.task = task
         self.call_format = call_format
         self.max_steps_per_turn = max_steps_per_turn
-        self._backends: Backends | None = None  # built on first use: see the backends property
+        self._backends = None  # Backends or IsolatedBackends, built on first use: see the backends property
         self._backend_args = (task.involved_classes, task.initial_config, task.long_context, call_timeout_s)
+        self.isolate = call_timeout_s is not None if isolate is None else bool(isolate)
+        if self.isolate and call_timeout_s is None:
+            raise ValueError("isolate=True needs a call_timeout_s")
         self._methods = method_names(task.involved_classes)
         self.schemas = SchemaChecker([_tool for _tool in _all_tools(task)])
         self.offered: set[str] = {d["name"] for d in task.functions}
@@ -69,12 +77,23 @@ class BFCLEnv:
         self._ran = False  # whether any call ran on this environment's own backends
 
     @property
-    def backends(self) -> Backends:
+    def backends(self):
         """This rollout's own backend instances, built on first use (a replay that ``judge_result`` judges
-        never runs a call here: the verifier's model path runs them)."""
+        never runs a call here: the verifier's model path runs them). In a worker process when isolated."""
         if self._backends is None:
-            self._backends = Backends(*self._backend_args)
+            if self.isolate:
+                from .isolation import IsolatedBackends
+
+                self._backends = IsolatedBackends(*self._backend_args)
+            else:
+                self._backends = Backends(*self._backend_args)
         return self._backends
+
+    def close(self) -> None:
+        """Release this rollout's tool worker now (it is also released when the environment is collected)."""
+        close = getattr(self._backends, "close", None)
+        if close is not None:
+            close()
 
     # ------------------------------------------------------------------------------------------------------
     def tools(self) -> list[dict]:

@@ -14,6 +14,7 @@ from seal_verl.trace import Trace
 
 from .calls import split_call
 from .env import BFCLEnv
+from .isolation import is_timeout_result
 from .tasks import BFCLTask
 from .verifier import FORCE_TERMINATED, INFERENCE_ERROR, Verdict, verify
 
@@ -89,8 +90,9 @@ def _verify(task: BFCLTask, trace: Trace, strict_abstention: bool, call_timeout_
     decoded = trace.decoded_steps()
     attempted = [any(a.has_call_attempt for a in t.attempts) for t in trace.turns]
     outcomes: list | None = [] if replay is not None else None
+    timed_out = None if replay is not None else _timed_out_positions(trace)
     official = verify(task, decoded, strict_abstention=False, call_timeout_s=call_timeout_s,
-                      model_outcomes=outcomes)
+                      model_outcomes=outcomes, timed_out=timed_out)
     if replay is not None:
         flat = [o for turn in outcomes for o in turn]
         if len(outcomes) != len(decoded) or not replay.settle(flat):
@@ -100,7 +102,7 @@ def _verify(task: BFCLTask, trace: Trace, strict_abstention: bool, call_timeout_
         strict_fail = next((k for k, ev in enumerate(official.turns) if ev.abstention and attempted[k]), None)
         if strict_fail is not None and (official.failed_turn is None or strict_fail < official.failed_turn):
             verdict = verify(task, decoded, strict_abstention=True, attempted=attempted,
-                             call_timeout_s=call_timeout_s)
+                             call_timeout_s=call_timeout_s, timed_out=timed_out)
         else:
             verdict = official
     else:
@@ -110,6 +112,18 @@ def _verify(task: BFCLTask, trace: Trace, strict_abstention: bool, call_timeout_
         valid, error_type = False, FORCE_TERMINATED
     reward_valid = verdict.valid and not trace.force_terminated
     return valid, error_type, reward_valid, turn_checks(verdict)
+
+
+def _timed_out_positions(trace: Trace) -> list | None:
+    """Per turn, ``{position: result text}`` of the turn's decoded calls (positions as ``decoded_steps``
+    flattens them) whose recorded result is a time-limit error; None when there is none (the common case)."""
+    out, found = [], False
+    for t in trace.turns:
+        calls = [c for a in t.attempts for c in a.calls if c.parsed and c.call is not None]
+        hits = {i: c.result for i, c in enumerate(calls) if is_timeout_result(c.result)}
+        found = found or bool(hits)
+        out.append(hits)
+    return out if found else None
 
 
 def replay_result(task: BFCLTask, result, call_format: str = "auto", call_timeout_s: float | None = 10.0) -> Trace:

@@ -33,6 +33,8 @@ import os
 from collections import Counter
 from typing import Any, Optional
 
+from seal_verl.atomic import FileContentError, read_json_object
+
 from .tasks import CATEGORIES, BFCLTask, load_split, load_tasks
 
 __all__ = [
@@ -97,11 +99,10 @@ def read_split_file(path: Optional[str] = None) -> dict[str, list[str]]:
         return _check_split(load_split(), "the shipped SEAL split", known)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"split file not found: {path}")
-    with open(path, encoding="utf-8") as f:
-        try:
-            data = json.load(f)
-        except ValueError as exc:
-            raise ValueError(f"{path}: not valid JSON: {exc}") from None
+    try:
+        data = read_json_object(path, "split file")
+    except FileContentError as exc:
+        raise ValueError(str(exc)) from None
     return _check_split(data, path, known)
 
 

@@ -10,6 +10,10 @@ import os
 from dataclasses import dataclass
 from typing import Iterator
 
+#: Longest result line read (bytes). A line this long is reported and skipped without being held whole.
+MAX_LINE_BYTES = 64 * 2**20
+_CHUNK = 2**20
+
 
 @dataclass
 class ResultEntry:
@@ -42,23 +46,75 @@ def expand_paths(paths: list[str]) -> list[str]:
     return out
 
 
+def _not_regular(path: str) -> str | None:
+    """Why ``path`` cannot be read as a result file (a device, a pipe, a missing file), or None."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return f"cannot read file: {exc.strerror or exc}"
+    import stat
+
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file (a device, pipe or socket is never read)"
+    return None
+
+
 def count_lines(path: str) -> int:
+    """Newlines in a regular file, counted in fixed-size chunks (0 for anything else)."""
+    if _not_regular(path):
+        return 0
+    n = 0
     try:
         with open(path, "rb") as f:
-            return sum(1 for _ in f)
+            while chunk := f.read(_CHUNK):
+                n += chunk.count(b"\n")
+            if chunk is not None and f.tell() and not _ends_with_newline(f):
+                n += 1
     except OSError:
         return 0
+    return n
+
+
+def _ends_with_newline(f) -> bool:
+    f.seek(-1, os.SEEK_END)
+    return f.read(1) == b"\n"
+
+
+def _lines(f, limit: int) -> Iterator[tuple[bytes | None, int]]:
+    """Lines of a binary file with their numbers; a line over ``limit`` bytes is yielded as None (its
+    bytes are skipped in chunks, never held whole)."""
+    n = 0
+    while True:
+        raw = f.readline(limit + 1)
+        if not raw:
+            return
+        n += 1
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            while True:  # skip the rest of the line
+                rest = f.readline(_CHUNK)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            yield None, n
+            continue
+        yield raw, n
 
 
 def read_entries(path: str, known_ids) -> Iterator[ResultEntry | ReadProblem]:
     """Yield entries and problems of one file, in order. ``known_ids``: ids that exist (others reported)."""
+    why = _not_regular(path)
+    if why:
+        yield ReadProblem(path, 0, why)
+        return
     try:
         f = open(path, "rb")
     except OSError as exc:
         yield ReadProblem(path, 0, f"cannot read file: {exc.strerror or exc}")
         return
     with f:
-        for n, raw in enumerate(f, start=1):
+        for raw, n in _lines(f, MAX_LINE_BYTES):
+            if raw is None:
+                yield ReadProblem(path, n, f"line longer than {MAX_LINE_BYTES} bytes; skipped")
+                continue
             if not raw.strip():
                 continue
             try:

@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .backends import Backends
+from .calls import split_call
+from .isolation import timeout_text
 from .tasks import BFCLTask
 
 EMPTY_TURN = "multi_turn:empty_turn_model_response"
@@ -113,8 +115,26 @@ def _ground_truth_state(task: BFCLTask, gt_calls_so_far: list, call_timeout_s: f
     return b
 
 
+def _run_model_calls(backends: Backends, calls: list, timed_out: dict, call_timeout_s: float | None) -> list:
+    """Run the model's calls of one turn; a call the rollout recorded as stopped at its time limit is not
+    run again (the isolated rollout dropped its effects: see ``isolation``) and gets the rollout's error."""
+    if not timed_out:
+        return backends.execute_many(calls)
+    out: list = [None] * len(calls)
+    run = [i for i in range(len(calls)) if i not in timed_out]
+    for i, r in zip(run, backends.execute_many([calls[i] for i in run])):
+        out[i] = r
+    for i, text in timed_out.items():
+        if i < len(calls):
+            if not isinstance(text, str):
+                text = timeout_text(calls[i].split("(", 1)[0].strip(), call_timeout_s or 0)
+            out[i] = (text, True, True)
+    return out
+
+
 def verify(task: BFCLTask, decoded: list, strict_abstention: bool = False, attempted: list | None = None,
-           call_timeout_s: float | None = 10.0, model_outcomes: list | None = None) -> Verdict:
+           call_timeout_s: float | None = 10.0, model_outcomes: list | None = None,
+           timed_out: list | None = None) -> Verdict:
     """Verify a model's decoded calls for ``task``.
 
     Args:
@@ -130,6 +150,9 @@ def verify(task: BFCLTask, decoded: list, strict_abstention: bool = False, attem
             of the model's calls on the cumulative model path (fresh instances, the calls in order: what an
             environment replaying the same calls would get). ``judge_result`` uses them instead of running
             every call a second time in its replay.
+        timed_out: per turn, ``{position: recorded error text}`` for the calls (positions in the turn's
+            flattened calls) the rollout recorded as stopped at their time limit; they are not run again (a
+            call that overran once would stall the verifier too) and get the rollout's error text.
     """
     n = task.n_turns
     if len(decoded) != n:
@@ -149,7 +172,8 @@ def verify(task: BFCLTask, decoded: list, strict_abstention: bool = False, attem
         ev = TurnEvidence(index=k, abstention=not gt_calls, gt_calls=gt_calls, model_calls=flat)
         verdict.turns.append(ev)
         try:
-            outcomes = model.execute_many(flat)
+            skip = dict(timed_out[k]) if timed_out is not None and k < len(timed_out) else {}
+            outcomes = _run_model_calls(model, flat, skip, call_timeout_s)
             if model_outcomes is not None:
                 model_outcomes.append(outcomes)
             results = [r[0] for r in outcomes]
@@ -168,7 +192,7 @@ def verify(task: BFCLTask, decoded: list, strict_abstention: bool = False, attem
                 continue
             if judged_cf:
                 ev.counterfactual = True
-                ev.model_results = [r[0] for r in gt_start.execute_many(flat)]
+                ev.model_results = [r[0] for r in _run_model_calls(gt_start, flat, skip, call_timeout_s)]
                 compare_to, so_far = gt_start, prior + ev.model_results
             else:
                 compare_to, so_far = model, all_model_results

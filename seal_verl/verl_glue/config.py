@@ -103,9 +103,42 @@ class SealConfig:
         }
 
 
+#: The YAML 1.1 spellings of a boolean (any letter case): a value given as a string in an override or a
+#: quoted YAML scalar means what YAML would read. Anything else for a boolean option is an error.
+_TRUE = frozenset({"true", "yes", "on", "y"})
+_FALSE = frozenset({"false", "no", "off", "n"})
+
+
+def parse_bool(value: Any, where: str) -> bool:
+    """A boolean option's value: a bool, or a string YAML reads as one; ``SealConfigError`` otherwise."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        low = value.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+    raise SealConfigError(f"{where} must be a boolean (true or false), got {value!r}")
+
+
+def _bool_fields(cls: type) -> set:
+    """Names of the dataclass fields of ``cls`` annotated ``bool``."""
+    return {f.name for f in dataclasses.fields(cls) if f.type in (bool, "bool")}
+
+
+def _with_bools(d: dict, cls: type, section: str) -> dict:
+    """``d`` with the values of ``cls``'s boolean fields parsed by :func:`parse_bool`."""
+    out = dict(d)
+    for name in _bool_fields(cls) & set(out):
+        out[name] = parse_bool(out[name], f"{section}.{name}")
+    return out
+
+
 def _make_switches(d: dict) -> Any:
     from seal_verl.loop import SealSwitches
 
+    d = {k: parse_bool(v, f"seal.switches.{k}") if k in SWITCH_KEYS else v for k, v in d.items()}
     try:
         return SealSwitches.from_dict(d)
     except ValueError as e:
@@ -132,13 +165,21 @@ def parse_seal_config(node: Any) -> SealConfig:
         raise SealConfigError(f"unknown key(s) {unknown} in seal; allowed keys: {', '.join(TOP_KEYS)}")
 
     switches = _make_switches(_no_nones(_section(d, "switches", SWITCH_KEYS)))
+    weighting_d = _with_bools(_no_nones(_section(d, "weighting")), WeightingConfig, "seal.weighting")
+    rho = weighting_d.get("rho")
+    if rho is not None and not isinstance(rho, dict):
+        raise SealConfigError(f"seal.weighting.rho must be a mapping of label -> utility, got {rho!r}")
+    clip = weighting_d.get("rho_clip")
+    if clip is not None and not isinstance(clip, (list, tuple)):
+        raise SealConfigError(f"seal.weighting.rho_clip must be a list [low, high], got {clip!r}")
     try:
-        weighting = WeightingConfig.from_dict(_no_nones(_section(d, "weighting")))
-    except ValueError as e:
+        weighting = WeightingConfig.from_dict(weighting_d)
+    except (ValueError, TypeError) as e:
         raise SealConfigError(f"seal.weighting: {e}") from e
     try:
-        interface = InterfaceConfig.from_dict(_no_nones(_section(d, "interface")))
-    except ValueError as e:
+        interface = InterfaceConfig.from_dict(
+            _with_bools(_no_nones(_section(d, "interface")), InterfaceConfig, "seal.interface"))
+    except (ValueError, TypeError) as e:
         raise SealConfigError(f"seal.interface: {e}") from e
 
     state_dir = d.get("state_dir")
@@ -151,8 +192,9 @@ def parse_seal_config(node: Any) -> SealConfig:
     for k in ("name", "namespace"):
         if sa.get(k) is not None and not isinstance(sa[k], str):
             raise SealConfigError(f"seal.state_actor.{k} must be a string or null, got {sa[k]!r}")
-    if "detached" in sa and sa["detached"] is not None and not isinstance(sa["detached"], bool):
-        raise SealConfigError(f"seal.state_actor.detached must be true or false, got {sa['detached']!r}")
+    sa = dict(sa)
+    if sa.get("detached") is not None:
+        sa["detached"] = parse_bool(sa["detached"], "seal.state_actor.detached")
     state_actor = StateActorConfig(**_no_nones(sa))
     return SealConfig(
         switches=switches, weighting=weighting, interface=interface, state_dir=state_dir, state_actor=state_actor,

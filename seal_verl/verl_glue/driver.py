@@ -26,7 +26,7 @@ import os
 import uuid
 from typing import Any, Iterable, Optional
 
-from seal_verl.atomic import atomic_write_text
+from seal_verl.atomic import FileContentError, atomic_write_text, read_json_object
 from seal_verl.verl_glue.config import SealConfig
 from seal_verl.verl_glue import state_actor
 
@@ -407,11 +407,14 @@ class SealDriver:
                 "written by a SEAL run, so the closed-loop state (interface, rho, history) cannot be restored. "
                 "Start a fresh run (trainer.resume_mode=disable) or resume a SEAL checkpoint."
             )
-        with open(path, encoding="utf-8") as fh:
-            env = json.load(fh)
+        try:
+            env = read_json_object(path, "SEAL checkpoint state", temp_prefix=".seal_state.")
+        except FileContentError as exc:
+            raise SealResumeError(str(exc)) from None
         if env.get("format") != ENVELOPE_FORMAT:
             raise SealResumeError(f"{path}: unsupported format {env.get('format')!r}")
-        if int(env.get("global_step", -1)) != int(expected_step):
+        step = env.get("global_step", -1)
+        if isinstance(step, bool) or not isinstance(step, int) or step != int(expected_step):
             raise SealResumeError(
                 f"{path} holds the SEAL state of step {env.get('global_step')}, but the checkpoint is step {expected_step}"
             )
@@ -420,5 +423,8 @@ class SealDriver:
             logger.warning(
                 "SEAL switches differ from the resumed run: saved %s, now %s", saved_switches, self.cfg.switches_dict()
             )
-        self.state = ClosedLoopState.from_dict(env["state"])
+        try:
+            self.state = ClosedLoopState.from_dict(env.get("state"))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise SealResumeError(f"{path}: field 'state': {exc}") from None
         self.global_step = int(expected_step)

@@ -1,0 +1,420 @@
+"""Model-issued tool calls run in a worker process that can be killed, so that a time limit really holds.
+
+A backend call runs Python code of BFCL's classes on arguments the model chose. Big-integer and decimal
+arithmetic (``power(base=10, exponent=30000000)``, ``square_root(precision=30000000)``) holds the
+interpreter lock for minutes: a thread cannot be stopped, and while it runs every other thread of the
+process stalls. Some backends also set process-wide state (``logarithm`` sets ``mpmath.mp.dps``), so two
+rollouts calling at the same time in one process can change each other's results.
+
+:class:`IsolatedBackends` therefore keeps the backend instances of one rollout in a worker process of its
+own. The parent only waits on a pipe (releasing the lock), so other threads never stall:
+
+- **time limit**: each call gets ``call_timeout_s`` from its start; a call over it gets BFCL's kind of
+  error text, the worker is killed, and a fresh worker rebuilds the rollout's state by replaying the calls
+  that completed before it (the backends are deterministic: per-instance seeded generators). The rollout
+  keeps its tools, and the overrunning call leaves no trace in the state. Only when that replay itself
+  fails are the rollout's tools closed, with an error text that says so. The verifier, which replays the
+  model's calls, skips a call recorded as timed out in the same way (see ``verifier.verify``).
+- **memory limit**: the worker's address space is capped (``resource.RLIMIT_AS``) so a call that builds a
+  huge value fails with ``MemoryError`` (an error result) instead of exhausting the host.
+- **no shared settings**: a worker serves one rollout at a time. Workers are kept warm in a pool and reused;
+  between rollouts a worker drops its instances and resets the process-wide arithmetic settings BFCL's
+  backends change (mpmath's precision and the decimal context).
+
+Workers are forked from the rollout process after it has imported the backend modules, so a new worker
+costs a fork, not an interpreter start, and shares the process's hash seed (set orders in result texts).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import weakref
+from typing import Any
+
+from .backends import ERROR_PREFIX
+
+#: Default cap (MiB) on what a worker may map beyond what it inherited. Generous for any legitimate call (the
+#: largest BFCL state is a few MB); it exists to stop a single call from taking the host's memory.
+DEFAULT_MEMORY_LIMIT_MB = 4096
+#: Idle workers kept warm for reuse (more are started on demand and stopped when released).
+MAX_IDLE_WORKERS = 64
+
+#: Modules imported before the first worker is forked, so that workers start with the backend classes loaded.
+_PRELOAD = [
+    "env_wrappers.bfcl.backends",
+    "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.gorilla_file_system",
+    "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.math_api",
+    "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.message_api",
+    "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.posting_api",
+    "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.ticket_api",
+    "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.trading_bot",
+    "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.travel_booking",
+    "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.vehicle_control",
+]
+
+_PRELOAD_CLASSES = ("GorillaFileSystem", "MathAPI", "MessageAPI", "TwitterAPI", "TicketAPI", "TradingBot",
+                    "TravelAPI", "VehicleControlAPI")
+
+TIMEOUT_MARK = " timed out after "
+
+
+def timeout_text(name: str, limit_s: float) -> str:
+    """The error result of a call stopped at its time limit (the same text the thread mode gives)."""
+    return ERROR_PREFIX + f"call to {name}{TIMEOUT_MARK}{limit_s:g}s"
+
+
+def is_timeout_result(text: Any) -> bool:
+    """Whether a recorded call result is the error of a call stopped at its time limit."""
+    return isinstance(text, str) and text.startswith(ERROR_PREFIX + "call to ") and TIMEOUT_MARK in text
+
+
+# ----------------------------------------------------------------------------------------------------------
+# worker side
+
+
+def _reset_process_settings() -> None:
+    """Undo the process-wide settings BFCL's backends change, so a reused worker starts like a new one."""
+    import decimal
+
+    decimal.setcontext(decimal.Context())
+    try:
+        import mpmath
+
+        mpmath.mp.dps = 15  # mpmath's default precision
+    except ImportError:  # pragma: no cover - mpmath comes with bfcl-eval
+        pass
+
+
+def _mapped_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _worker_main(conn, memory_limit_mb: int | None) -> None:
+    """Serve one rollout's backends at a time: ``load``, ``run``, ``state``, ``instances``, ``reset``."""
+    if memory_limit_mb:
+        import resource
+
+        # On top of what the worker already maps: a fork inherits the parent's address space, which in a
+        # training process (CUDA, torch) can be far larger than any sane absolute cap.
+        limit = _mapped_bytes() + int(memory_limit_mb) * 2**20
+        try:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        except (ValueError, OSError):  # a lower hard limit is already in place
+            pass
+    from .backends import Backends
+
+    backends = None
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        op = msg[0]
+        try:
+            if op == "load":
+                _reset_process_settings()
+                backends = Backends(msg[1], msg[2], msg[3], None)
+                conn.send(("ok", None))
+            elif op == "run":
+                for call in msg[1]:
+                    conn.send(backends.execute(call))
+            elif op == "state":
+                conn.send(("ok", backends.state()))
+            elif op == "instances":
+                conn.send(("ok", backends.instances))
+            elif op == "reset":
+                backends = None
+                _reset_process_settings()
+                conn.send(("ok", None))
+            else:
+                return
+        except (EOFError, OSError, BrokenPipeError):
+            return
+        except Exception as exc:  # noqa: BLE001 - reported to the parent, which decides
+            try:
+                conn.send(("error", f"{type(exc).__name__}: {exc}"[:500]))
+            except Exception:  # noqa: BLE001
+                return
+
+
+# ----------------------------------------------------------------------------------------------------------
+# parent side
+
+
+class WorkerDied(Exception):
+    pass
+
+
+_WORKER_NAME = "seal-bfcl-tools"
+
+
+#: Held while a worker is forked and its pipes are set up. A fork copies every open descriptor: a worker
+#: forked by one thread while another thread's new worker still had the child's ends of its pipes open in
+#: this process would keep those ends alive, so the other worker's exit would go unnoticed (a join that
+#: waits out its timeout, a dead worker taken for a slow one).
+_FORK_LOCK = threading.Lock()
+
+
+class _Worker:
+    def __init__(self, ctx, memory_limit_mb):
+        with _FORK_LOCK:
+            self.conn, child = ctx.Pipe(duplex=True)
+            self.process = ctx.Process(target=_worker_main, args=(child, memory_limit_mb), daemon=True,
+                                       name=_WORKER_NAME)
+            self.process.start()
+            child.close()
+        self.memory_limit_mb = memory_limit_mb
+
+    def request(self, msg, timeout: float | None):
+        """Send one request and return its ``(status, value)`` reply; ``WorkerDied`` on no reply in time."""
+        self.conn.send(msg)
+        return self.receive(timeout)
+
+    def receive(self, timeout: float | None):
+        try:
+            if not self.conn.poll(timeout):
+                raise WorkerDied("no reply in time")
+            return self.conn.recv()
+        except (EOFError, OSError) as exc:
+            raise WorkerDied(f"worker process ended ({exc})") from None
+
+    def kill(self) -> None:
+        try:
+            self.process.kill()
+            self.process.join(2)
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            self.conn.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class WorkerPool:
+    """Warm worker processes, each leased to one rollout at a time. One pool per parent process."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._idle: list[_Worker] = []
+        self._ctx = None
+        self._pid = os.getpid()
+
+    def _context(self):
+        """Workers are forked from this process, after the backend modules are imported here.
+
+        Forking (rather than a fork server or a fresh interpreter) gives the worker this process's string
+        hash seed, so results that print a set (several BFCL error texts do) read exactly as they would in
+        process; it also makes a new worker cost one fork. The worker only runs :func:`_worker_main` and
+        touches no lock another thread of this process could hold (its modules are imported already).
+        """
+        if self._ctx is None:
+            import importlib
+
+            from .backends import _class_for
+
+            for name in _PRELOAD:
+                try:
+                    importlib.import_module(name)
+                except ImportError:  # pragma: no cover - a backend missing from this bfcl-eval version
+                    pass
+            for class_name in _PRELOAD_CLASSES:  # resolved now, so a worker never takes the lookup's lock
+                try:
+                    _class_for(class_name)
+                except (ImportError, KeyError):  # pragma: no cover
+                    pass
+            methods = multiprocessing.get_all_start_methods()
+            self._ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+        return self._ctx
+
+    def acquire(self, memory_limit_mb: int | None) -> _Worker:
+        with self._lock:
+            while self._idle:
+                w = self._idle.pop()
+                if w.process.is_alive() and w.memory_limit_mb == memory_limit_mb:
+                    return w
+                w.kill()
+            ctx = self._context()
+        return _Worker(ctx, memory_limit_mb)
+
+    def release(self, worker: _Worker) -> None:
+        """Return a worker after its rollout: reset it and keep it warm, or stop it if that fails."""
+        try:
+            status, _ = worker.request(("reset",), timeout=5.0)
+            ok = status == "ok"
+        except Exception:  # noqa: BLE001
+            ok = False
+        with self._lock:
+            if ok and len(self._idle) < MAX_IDLE_WORKERS and os.getpid() == self._pid:
+                self._idle.append(worker)
+                return
+        worker.kill()
+
+    def shutdown(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for w in idle:
+            w.kill()
+
+
+_POOL: WorkerPool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def pool() -> WorkerPool:
+    """This process's worker pool (a forked child gets a pool of its own)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL._pid != os.getpid():
+            _POOL = WorkerPool()
+        return _POOL
+
+
+def _release(worker_box: list) -> None:
+    worker = worker_box[0] if worker_box else None
+    worker_box.clear()
+    if worker is not None:
+        try:
+            pool().release(worker)
+        except Exception:  # noqa: BLE001 - at interpreter exit
+            worker.kill()
+
+
+class IsolatedBackends:
+    """The backends of one rollout, in a worker process. The same results as :class:`~.backends.Backends`
+    for every call that finishes in time; see the module docstring for what happens to one that does not.
+
+    Args:
+        involved_classes, initial_config, long_context: as for ``Backends``.
+        call_timeout_s: per-call time limit (required: isolation exists to enforce it).
+        memory_limit_mb: address-space cap of the worker (None: no cap).
+    """
+
+    def __init__(self, involved_classes: list[str], initial_config: dict, long_context: bool = False,
+                 call_timeout_s: float = 10.0, memory_limit_mb: int | None = DEFAULT_MEMORY_LIMIT_MB):
+        if call_timeout_s is None or call_timeout_s <= 0:
+            raise ValueError("IsolatedBackends needs a positive call_timeout_s")
+        self._load = ("load", list(involved_classes), initial_config, bool(long_context))
+        self.call_timeout_s = float(call_timeout_s)
+        self.memory_limit_mb = memory_limit_mb
+        self.broken: str | None = None
+        self.history: list[str] = []  # calls that completed, in order: replayed to rebuild the state
+        self._box: list = []  # [worker] while one is leased; shared with the finalizer
+        self._finalizer = weakref.finalize(self, _release, self._box)
+
+    # ------------------------------------------------------------------------------------------------------
+    def _worker(self) -> _Worker:
+        if not self._box:
+            w = pool().acquire(self.memory_limit_mb)
+            try:
+                status, detail = w.request(self._load, timeout=max(30.0, self.call_timeout_s))
+            except WorkerDied:
+                w.kill()
+                raise
+            if status != "ok":
+                w.kill()
+                raise RuntimeError(f"tool worker could not build the backends: {detail}")
+            self._box.append(w)
+        return self._box[0]
+
+    def _discard_worker(self) -> None:
+        if self._box:
+            self._box.pop().kill()
+
+    def close(self) -> None:
+        """Hand the worker back to the pool (also done when this object is garbage-collected)."""
+        self._finalizer()
+
+    # ------------------------------------------------------------------------------------------------------
+    def execute(self, call: str) -> tuple[str, bool, bool]:
+        return self.execute_many([call])[0]
+
+    def execute_many(self, calls: list) -> list:
+        """Run call strings in order, each under the time limit; ``(text, is_error, executed)`` per call."""
+        out: list = []
+        pending = list(calls)
+        while pending:
+            if self.broken:
+                out.extend((ERROR_PREFIX + self.broken, True, False) for _ in pending)
+                break
+            try:
+                w = self._worker()
+                w.conn.send(("run", pending))
+            except (WorkerDied, OSError, RuntimeError) as exc:
+                self._close_tools(f"tool backend could not start ({_short(exc)})")
+                continue
+            done = 0
+            failure = None
+            for call in pending:
+                try:
+                    result = w.receive(self.call_timeout_s)
+                except WorkerDied as exc:
+                    failure = exc
+                    break
+                if not (isinstance(result, tuple) and len(result) == 3):  # the worker failed outside a call
+                    failure = WorkerDied(f"worker process failed: {str(result)[:200]}")
+                    break
+                out.append(result)
+                self.history.append(call)
+                done += 1
+            if failure is None:
+                break
+            call = pending[done]
+            if "no reply in time" in str(failure):
+                out.append((timeout_text(_call_name(call), self.call_timeout_s), True, True))
+            else:
+                out.append((ERROR_PREFIX + f"call to {_call_name(call)} stopped the tool backend", True, True))
+            self._discard_worker()
+            self._restore()
+            pending = pending[done + 1:]
+        return out
+
+    def _restore(self) -> None:
+        """A fresh worker with the state of the calls completed so far (or the tools closed if that fails)."""
+        try:
+            w = self._worker()
+            if self.history:
+                w.conn.send(("run", list(self.history)))
+                for _ in self.history:
+                    w.receive(self.call_timeout_s)
+        except (WorkerDied, OSError, RuntimeError) as exc:
+            self._discard_worker()
+            self._close_tools(f"tool backend could not be restored ({_short(exc)})")
+
+    def _close_tools(self, why: str) -> None:
+        self.broken = f"{why}; the episode's tools are unavailable"
+
+    # ------------------------------------------------------------------------------------------------------
+    def state(self) -> dict[str, dict]:
+        """The public state of every instance (BFCL's state-check view), read from the worker."""
+        return self._ask("state")
+
+    @property
+    def instances(self) -> dict[str, Any]:
+        """Copies of the worker's instances as they are now (for inspection: changes do not reach it)."""
+        return self._ask("instances")
+
+    def _ask(self, op: str):
+        w = self._worker()
+        try:
+            status, value = w.request((op,), timeout=max(30.0, self.call_timeout_s))
+        except WorkerDied:
+            self._discard_worker()
+            raise
+        if status != "ok":
+            raise RuntimeError(f"tool worker: {value}")
+        return value
+
+
+def _call_name(call: str) -> str:
+    head = call.split("(", 1)[0].strip()
+    return head[:80] if head else "?"
+
+
+def _short(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:200]
