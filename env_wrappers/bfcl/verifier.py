@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .backends import Backends
-from .calls import split_call
 from .isolation import timeout_text
 from .tasks import BFCLTask
 
