@@ -1,0 +1,109 @@
+"""``recipes/bfcl_v3/cpu/check_run.py``'s weighted-advantage check on run folders written by the trainer's own
+writer (``RunFolder``, ``trace_row``, ``step_row``, ``SealDriver``): a correct step passes; a step where the
+weighting was skipped, misaligned (one rollout's weight on another) or applied before GRPO's group normalisation
+fails, and so does a step without learning signal when a least share of non-zero advantages is asked for."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import statistics
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _check_module():
+    spec = importlib.util.spec_from_file_location(
+        "seal_check_run", os.path.join(REPO, "recipes", "bfcl_v3", "cpu", "check_run.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+CHECK = _check_module()
+
+# (reward, labels, abstention) of two groups of four rollouts
+GROUPS = {
+    "g1": [(1.0, ["pass", "pass"], [False, False]),
+           (0.0, ["argument_mismatch", "pass"], [False, False]),
+           (0.0, ["missing_tool_call", "pass"], [False, True]),
+           (1.0, ["pass", "pass"], [False, True])],
+    "g2": [(0.0, ["invalid_tool_call", "state_mismatch"], [False, False]),
+           (1.0, ["pass", "pass"], [False, False]),
+           (0.0, ["pass", "spurious_tool_call"], [False, True]),
+           (0.0, ["recovery_failure", "pass"], [False, False])],
+}
+
+
+def _grpo(rewards):
+    m, s = statistics.fmean(rewards), statistics.stdev(rewards)
+    return [(r - m) / (s + 1e-6) for r in rewards]
+
+
+def _write_run(tmp_path, mutate=None, groups=GROUPS):
+    from seal_verl.profile import TrajectoryRecord, trajectory_profile
+    from seal_verl.verl_glue.config import parse_seal_config
+    from seal_verl.verl_glue.driver import SealDriver, step_row, trace_row
+
+    run = tmp_path / "run"
+    drv = SealDriver(parse_seal_config({"run_dir": str(run)}))
+    rows, records = [], []
+    for uid, members in groups.items():
+        rewards = [r for r, _, _ in members]
+        profiles = [trajectory_profile(lab, ab) for _, lab, ab in members]
+        ws = [float(w) for w in drv.weights(profiles, 0)]
+        grpo = _grpo(rewards)
+        used = [w * a for w, a in zip(ws, grpo)]
+        if mutate == "skipped":
+            used = list(grpo)
+        elif mutate == "misaligned":
+            used = [ws[(i + 1) % len(ws)] * a for i, a in enumerate(grpo)]
+        elif mutate == "before_normalisation":
+            used = _grpo([w * r for w, r in zip(ws, rewards)])
+        for i, (reward, labels, abst) in enumerate(members):
+            extras = {"seal_labels": json.dumps(labels), "seal_abstention": json.dumps(abst), "score": reward,
+                      "acc": reward, "seal_category": "multi_turn_base"}
+            fields = {"seal_trace": json.dumps({"task_id": f"t_{uid}", "meta": {"interface_active": []}}),
+                      "task_id": f"t_{uid}", "seal_agent_loop": "seal_bfcl", "seal_cue_tokens": 0}
+            rows.append(trace_row(step=1, global_step=1, key=f"{uid}_{i}", uid=uid, reward_extras=extras,
+                                  extra_fields=fields, w=ws[i], advantage=used[i], hint_in_text=False,
+                                  grpo_advantage=grpo[i], advantage_range=(used[i], used[i])))
+            records.append(TrajectoryRecord("multi_turn_base", labels, abst, reward))
+    drv.add_records(records)
+    drv.end_step(1)
+    drv.run_folder.write_traces(1, rows)
+    drv.run_folder.write_config({"seal": drv.cfg.to_dict()})
+    drv.run_folder.append_metrics(step_row(step=1, global_step=1, state_before=drv.state_before,
+                                           state_after=drv.state, rows=rows, seconds=1.0, metrics={}))
+    return str(run)
+
+
+def _weights_check(path, min_nonzero=0.25):
+    run = CHECK.Run(path)
+    rep = CHECK.Report()
+    CHECK.check_weights(run, rep, None, min_nonzero)
+    return rep.items[0]
+
+
+def test_correct_weighting_passes(tmp_path):
+    name, ok, detail = _weights_check(_write_run(tmp_path))
+    assert ok, detail
+    assert "w != 1" in detail and "non-zero GRPO advantage" in detail
+
+
+@pytest.mark.parametrize("mutate", ["skipped", "misaligned", "before_normalisation"])
+def test_broken_weighting_fails(tmp_path, mutate):
+    name, ok, detail = _weights_check(_write_run(tmp_path, mutate))
+    assert not ok, f"{mutate} was not caught: {detail}"
+    assert "expected w x A" in detail
+
+
+def test_no_learning_signal_fails_when_required(tmp_path):
+    flat = {uid: [(0.0, lab, ab) for _, lab, ab in members] for uid, members in GROUPS.items()}
+    name, ok, detail = _weights_check(_write_run(tmp_path, groups=flat))
+    assert not ok and "no learning signal" in detail
+    name, ok, detail = _weights_check(_write_run(tmp_path / "b", groups=flat), min_nonzero=0.0)
+    assert ok, detail
