@@ -19,7 +19,8 @@ budgets, the same trace. verl cannot tell training from validation inside an age
 Token layout (verl's Continuous Token builder, the path ``ToolAgentLoop`` uses):
 
 - the prompt: the task's first user turn rendered with the backbone's own chat template
-  (``ct_build_initial_tokens``). The system prompt tells the task's tools: for ``call_format=json`` they are
+  (``ct_build_initial_tokens``). The system prompt tells the task's tools: for ``call_format=json`` BFCL's
+  function docs (its own dialect, with its language hint, as bfcl-eval's ``QwenFCHandler`` lists them) are
   passed as ``tools=`` to the chat template (Qwen-style ``<tools>`` block; calls as ``<tool_call>`` JSON); for
   ``call_format=python`` (BFCL's prompt mode, e.g. ToolACE-2-Llama-3.1-8B) BFCL's own system prompt with the
   function docs is built by ``bfcl_eval``'s ``system_prompt_pre_processing_chat_model``;
@@ -31,11 +32,10 @@ Token layout (verl's Continuous Token builder, the path ``ToolAgentLoop`` uses):
 
 Functions revealed mid-episode (BFCL ``miss_func``): the tools in the system prompt cannot be re-rendered
 without breaking the token prefix already generated against. The revealed docs are therefore written into
-the reveal turn's user message, in front of BFCL's reveal text, exactly as BFCL's prompt mode does it
-(``DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING``: docs, newline, "I have updated some more
-functions..."); for ``json`` the docs are the OpenAI-style tool JSON objects, one per line, as in the
-``<tools>`` block. (BFCL's FC handlers re-render the whole prompt with the enlarged tool list instead; a
-token-continuous rollout cannot.) This happens in both loops, so training and evaluation see the same thing.
+the reveal turn's user message, in front of BFCL's reveal text, exactly as bfcl-eval does it for the local
+models it serves (``DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING``: the raw doc list, newline, "I have
+updated some more functions..."), for both call formats. This happens in both loops, so training and
+evaluation see the same thing.
 
 Budgets (init kwargs, from the loop's entry in the agent-loop YAML at
 ``actor_rollout_ref.rollout.agent.agent_loop_config_path``; every key of an entry other than ``name`` and
@@ -309,11 +309,13 @@ class BFCLAgentLoopBase(AgentLoopBase):
                 messages[0]["content"] = self.system_prompt + "\n\n" + str(messages[0].get("content") or "")
             else:
                 messages.insert(0, {"role": "system", "content": self.system_prompt})
+        docs = list(task.functions) + list(task.missed_functions.get(0, []))
         if self.call_format == "json":
-            return messages, task.tools(upto_turn=0)
+            # The docs as bfcl-eval's QwenFCHandler puts them in the <tools> block: BFCL's own dialect with its
+            # language hint, not OpenAI-converted tool objects, so the prompt is the one the benchmark renders.
+            return messages, docs
         # BFCL's prompt mode: its default system prompt with the function docs (BFCL's doc dialect); an
         # existing system message is kept after it, as BFCL's system_prompt_pre_processing_chat_model does.
-        docs = list(task.functions) + list(task.missed_functions.get(0, []))
         system = bfcl_prompt_mode_system_prompt(docs)
         if messages and messages[0].get("role") == "system":
             messages[0]["content"] = system + "\n\n" + str(messages[0].get("content") or "")
@@ -325,11 +327,10 @@ class BFCLAgentLoopBase(AgentLoopBase):
         """Write the docs of functions revealed at ``turn`` into the reveal turn's user message (see module doc)."""
         if not revealed_tools or not msgs:
             return msgs
-        if self.call_format == "python":
-            docs: Any = task.missed_functions.get(turn, [])
-            doc_text = str(docs)  # BFCL's prompt mode formats the raw doc list the same way
-        else:
-            doc_text = "\n".join(json.dumps(t, ensure_ascii=False) for t in revealed_tools)
+        # bfcl-eval runs every local model (QwenFCHandler and LlamaHandler alike) through its prompting path,
+        # which formats the raw doc list of the reveal turn into DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_
+        # PROMPTING: the same text for both call formats.
+        doc_text = str(task.missed_functions.get(turn, []))
         out = [dict(m) for m in msgs]
         first = next((i for i, m in enumerate(out) if m.get("role") == "user"), 0)
         out[first]["content"] = doc_text + "\n" + str(out[first].get("content") or "")
