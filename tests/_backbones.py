@@ -62,3 +62,11 @@ def tokenizer(name: str):
     """``name``'s tokenizer as verl and vLLM load it (AutoTokenizer on the saved folder)."""
     tokenizer_dir(name)
     return _loaded(name)
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_model_dir(name: str) -> str:
+    """A tiny random model on ``name``'s real tokenizer (``seal-verl-tiny-model --backbone``), once per session."""
+    from seal_verl.backbones.tiny import make_tiny_backbone
+
+    return make_tiny_backbone(tempfile.mkdtemp(prefix=f"seal-tiny-{name}-"), name, tokenizer_dir=tokenizer_dir(name))

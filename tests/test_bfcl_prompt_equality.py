@@ -90,3 +90,45 @@ def test_reveal_prompt_carries_bfcl_reveal_text_and_docs():
         first = _loop_prompt(tokenizer(backbone), fmt, task, 0)
         assert all(f"'name': '{d['name']}'" not in first and f'"name": "{d["name"]}"' not in first
                    for d in task.missed_functions[k])
+
+
+@pytest.mark.parametrize("backbone,fmt,eos", [("qwen2.5", "json", "<|im_end|>"), ("toolace2", "python", "<|eot_id|>")])
+def test_real_agent_loop_builds_these_prompt_tokens(backbone, fmt, eos, tmp_path):
+    """Through verl's real AgentLoopWorker (scripted LLM) on a tiny model with the real tokenizer: the prompt
+    token ids are the tokenization of the prompt text compared above, and the reveal message is BFCL's."""
+    import asyncio
+
+    from _backbones import tiny_model_dir
+
+    from env_wrappers.bfcl.env import REVEAL_MESSAGE
+    from env_wrappers.bfcl.tasks import load_tasks
+    from seal_verl import dry_run as D
+
+    model = tiny_model_dir(backbone)
+    tok = tokenizer(backbone)
+    ids = ["multi_turn_base_0", "multi_turn_long_context_0", "multi_turn_miss_func_0"]
+    tasks = load_tasks()
+    book = D.PlanBook(fmt)
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        yaml_path = D.write_agent_loop_yaml(str(tmp_path / "loops.yaml"), fmt)
+        config = D.verl_config(model, agent_loop_yaml=yaml_path, rollouts=1, prompt_length=16384)
+        llm = D.ScriptedLLM(tok, tasks, eos_token=eos)
+        for tid in ids:
+            llm.queue(tid, [book.get(tasks[tid], "pass")])
+        worker = D.make_worker(config, llm)
+        path = D.write_parquet(D.dataset_rows(ids, "bfcl", "eval", fmt), str(tmp_path / "rows.parquet"))
+        out = loop.run_until_complete(worker.generate_sequences(D.load_batch(path, config, tok, 1)))
+    finally:
+        loop.close()
+        asyncio.set_event_loop(None)
+    for i, tid in enumerate(ids):
+        n = out.batch["prompts"].shape[1]
+        prompt_ids = out.batch["prompts"][i][out.batch["attention_mask"][i, :n].bool()].tolist()
+        text = _loop_prompt(tok, fmt, tasks[tid], 0)
+        assert prompt_ids == tok.encode(text, add_special_tokens=False), tid
+        if tasks[tid].missed_functions:
+            _, _, obs = D.rollout_texts(out, tok, i)
+            k = min(tasks[tid].missed_functions)
+            assert str(tasks[tid].missed_functions[k]) + "\n" + REVEAL_MESSAGE in obs

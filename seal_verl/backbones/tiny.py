@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 from . import save_tokenizer, spec
 
@@ -18,14 +19,18 @@ MODEL_ARGS = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, n
                   rms_norm_eps=1e-6, hidden_act="silu", initializer_range=0.02)
 
 
-def make_tiny_backbone(out_dir: str, backbone: str, seed: int = 0) -> str:
-    """Write a tiny random model with ``backbone``'s real tokenizer and chat template to ``out_dir``."""
+def make_tiny_backbone(out_dir: str, backbone: str, seed: int = 0, tokenizer_dir: str | None = None) -> str:
+    """Write a tiny random model with ``backbone``'s real tokenizer and chat template to ``out_dir``
+    (``tokenizer_dir``: copy an already built tokenizer of that backbone instead of building it again)."""
     import torch
     from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     s = spec(backbone)
     out_dir = os.path.abspath(out_dir)
-    save_tokenizer(s.name, out_dir)
+    if tokenizer_dir:
+        shutil.copytree(tokenizer_dir, out_dir, dirs_exist_ok=True)
+    else:
+        save_tokenizer(s.name, out_dir)
     tok = AutoTokenizer.from_pretrained(out_dir)
     vocab = min(s.vocab_size.values())
     stop = [tok.convert_tokens_to_ids(t) for t in s.stop]
