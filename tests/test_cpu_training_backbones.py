@@ -87,6 +87,9 @@ def test_one_seal_step_on_the_real_vocabulary(group, tmp_path):
            # the CPU overlay's sizes; tensor parallelism 1 whatever the GPU group sets
            "data.max_prompt_length=5120", "actor_rollout_ref.rollout.max_model_len=6144",
            "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+           # one sequence per micro-batch: the logits of a 128k-152k vocabulary over 6k tokens are ~3.7 GB in
+           # fp32, and the overlay's 12288 tokens per micro-batch ran a 24 GB machine out of memory
+           "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=6144",
            "trainer.total_training_steps=1", "trainer.val_before_train=false", "trainer.test_freq=-1",
            f"trainer.default_local_dir={out}/checkpoints", "trainer.save_freq=-1",
            f"seal.run_dir={out}", f"hydra.run.dir={out}/hydra", "trainer.resume_mode=disable"]
