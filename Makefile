@@ -69,3 +69,8 @@ backbone-sources:
 
 test-backbones: venv backbone-sources
 	SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q tests/test_backbone_tokenizers.py tests/test_bfcl_prompt_equality.py tests/test_backbone_budgets.py
+
+# One real main_ppo step per GPU backbone on its real tokenizer (tiny random models; about 6 min each on 2 cores).
+.PHONY: test-cpu-training-backbones
+test-cpu-training-backbones: venv cpu-env backbone-sources
+	SEAL_CPU_TRAINING=1 SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q tests/test_cpu_training_backbones.py
