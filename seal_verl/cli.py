@@ -7,6 +7,7 @@
     seal-verl eval --base-url URL --model NAME --out DIR [--split eval] [--mode fc|prompt] ...
     seal-verl report RUN_DIR... [--out report] [--names NAME...]
     seal-verl bfcl-ids [--split eval] [--out FILE]   # restricts `bfcl generate --run-ids` to a split
+    seal-verl preflight --backbone qwen2.5-7b --model PATH [--data-dir DIR] [--max-prompt-length N]
 
 Subcommands import their environment lazily so ``seal-verl --help`` stays instant. A mistake in the
 arguments or the files they name ends in one line on stderr and exit status 2; an existing output file is
@@ -178,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
     pd_.add_argument("--split-file", default=None,
                      help='JSON {"train": [ids], "eval": [ids]}; default: the shipped SEAL 400/400 split')
     pd_.add_argument("--force", action="store_true", help="replace train.parquet / eval.parquet if they exist")
+    pd_.add_argument("--model", default=None,
+                     help="with --max-prompt-length: the model whose tokenizer and chat template measure each first prompt")
+    pd_.add_argument("--max-prompt-length", type=int, default=None,
+                     help="leave out (with a warning) tasks whose first prompt is longer (data.max_prompt_length)")
     pd_.set_defaults(func=_cmd_prepare_data)
 
     dr = sub.add_parser("dry-run", help="the closed loop on CPU for a few steps: real verl agent-loop worker, env, "
@@ -205,6 +210,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_eval_parser(sub)
     _add_report_parser(sub)
+
+    # ---- preflight (before a long GPU job) -------------------------------------------------------------
+    pf = sub.add_parser("preflight", help="check versions, GPUs, attention backend, tokenizer + chat template, "
+                        "prompt budget and data before a long GPU run")
+    pf.add_argument("--backbone", required=True, help="qwen2.5-3b | qwen2.5-7b | toolace2-8b (or qwen2.5 | toolace2)")
+    pf.add_argument("--model", required=True, help="the model path the run uses (its tokenizer and chat template)")
+    pf.add_argument("--data-dir", default=None, help="folder with train.parquet / eval.parquet from prepare-data")
+    pf.add_argument("--max-prompt-length", type=int, default=None,
+                    help="data.max_prompt_length of the run (default: the recipe's, recipes/bfcl_v3/config/bfcl_v3.yaml)")
+    pf.add_argument("--attn", default="sdpa", help="attn_implementation of the run (recipe default: sdpa)")
+    pf.add_argument("--remove-padding", action="store_true", help="the run sets use_remove_padding=true")
+    pf.add_argument("--gpus", type=int, default=4, help="GPUs the run asks for (nnodes x n_gpus_per_node)")
+    pf.add_argument("--no-progress", action="store_true")
+    pf.set_defaults(func=lambda a: _env_command("preflight", a))
     return p
 
 

@@ -322,7 +322,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m seal_verl.tiny_model", description=__doc__.split("\n")[0])
     parser.add_argument("out_dir", help="folder to write the model and tokenizer to")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backbone", choices=("qwen2.5", "toolace2"), default=None,
+                        help="use a GPU backbone's real tokenizer and chat template (seal_verl.backbones; needs "
+                             "`make backbone-sources`) instead of the small trained one")
     args = parser.parse_args(argv)
+    if args.backbone:
+        from seal_verl.backbones.tiny import make_tiny_backbone
+
+        print(make_tiny_backbone(args.out_dir, args.backbone, seed=args.seed))
+        return 0
     path = make_tiny_qwen(args.out_dir, seed=args.seed)
     print(path)
     return 0

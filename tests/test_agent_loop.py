@@ -237,8 +237,10 @@ def test_reveal_docs_go_into_the_reveal_message(tiny, tasks, books, tmp_path, st
     assert all(f'"name": "{n}"' not in prompt for n in names), "held-out docs must not be in the system prompt"
     reveal_at = obs.index(REVEAL_MESSAGE)
     user_start = obs.rindex("<|im_start|>user\n", 0, reveal_at)
+    # bfcl-eval's reveal text: the raw doc list (Python repr), a newline, its reveal sentence
+    assert obs[user_start:reveal_at].endswith(str(task.missed_functions[turn]) + "\n")
     for n in names:
-        assert f'"name": "{n}"' in obs[user_start:reveal_at]
+        assert f"'name': '{n}'" in obs[user_start:reveal_at]
     assert json.loads(out.non_tensor_batch["seal_labels"][0]) == ["pass"] * task.n_turns
 
 

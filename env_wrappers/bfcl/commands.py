@@ -99,7 +99,8 @@ def prepare_data_command(args: argparse.Namespace) -> int:
     for fname, _ in SPLIT_FILES.values():
         check_output_file(os.path.join(args.out, fname), args.force, "--out")
     try:
-        summary = prepare_data(args.out, call_format=args.call_format, split_file=args.split_file)
+        summary = prepare_data(args.out, call_format=args.call_format, split_file=args.split_file,
+                               **_prompt_budget_filter(args))
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -150,3 +151,35 @@ def bfcl_ids_command(args: argparse.Namespace) -> int:
     atomic_write_text(out, json.dumps(ids, indent=2) + "\n")
     print(f"wrote {sum(map(len, ids.values()))} task ids ({args.split} split) to {out}")
     return 0
+
+
+def _prompt_budget_filter(args: argparse.Namespace) -> dict:
+    """prepare-data's optional prompt-budget filter (``--model`` + ``--max-prompt-length``)."""
+    model, limit = getattr(args, "model", None), getattr(args, "max_prompt_length", None)
+    if model is None and limit is None:
+        return {}
+    if model is None or limit is None or limit < 1:
+        raise ValueError("--model and --max-prompt-length (a positive integer) go together")
+    from transformers import AutoTokenizer
+
+    from env_wrappers.bfcl.preflight import prompt_lengths
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    backbone = "qwen2.5" if args.call_format == "json" else "toolace2"
+    return {"prompt_tokens": lambda ids: prompt_lengths(tokenizer, backbone, ids), "max_prompt_length": limit}
+
+
+def preflight_command(args: argparse.Namespace) -> int:
+    """``seal-verl preflight``: the checks to run before a long GPU job."""
+    from .preflight import format_check, recipe_max_prompt_length, run
+
+    try:
+        from seal_verl.backbones import spec
+
+        spec(args.backbone)
+        limit = args.max_prompt_length or recipe_max_prompt_length()
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return run(args.backbone, args.model, args.data_dir, limit, args.attn, args.remove_padding, args.gpus,
+               progress=not args.no_progress, emit=lambda c: print(format_check(c), flush=True))

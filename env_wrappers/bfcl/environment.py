@@ -75,7 +75,7 @@ class BFCLEnvironment(Environment):
 
         return {"diagnose": commands.diagnose, "demo-results": commands.demo_results,
                 "prepare-data": commands.prepare_data_command, "eval": commands.eval_command,
-                "bfcl-ids": commands.bfcl_ids_command}
+                "bfcl-ids": commands.bfcl_ids_command, "preflight": commands.preflight_command}
 
     # ---------------------------------------------------------------------------------------- data, scripting
     def dataset_rows(self, task_ids: list[str], split: str, call_format: str) -> list[dict]:

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections import Counter
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from seal_verl.atomic import FileContentError, read_json_object
 
@@ -131,8 +132,15 @@ def build_rows(task_ids: list[str], split: str, call_format: str = "json") -> li
     return [_row(tasks[tid], i, split, call_format, agent) for i, tid in enumerate(task_ids)]
 
 
-def prepare_data(out_dir: str, call_format: str = "json", split_file: Optional[str] = None) -> dict[str, Any]:
+def prepare_data(out_dir: str, call_format: str = "json", split_file: Optional[str] = None,
+                 prompt_tokens: Optional[Callable[[list[str]], dict[str, int]]] = None,
+                 max_prompt_length: Optional[int] = None) -> dict[str, Any]:
     """Write ``train.parquet`` and ``eval.parquet`` under ``out_dir``; return a summary.
+
+    With ``prompt_tokens`` (task ids -> first-prompt token counts under the backbone's tokenizer and chat
+    template) and ``max_prompt_length``, a task whose first prompt is longer is left out with a warning and
+    listed in ``summary["rejected"]``: a prompt over the budget is rejected here instead of failing a
+    training step.
 
     The summary: ``{"out_dir", "call_format", "split_source", "splits": {name: {"path", "rows",
     "agent_name", "per_category": {category: rows}}}}``.
@@ -142,6 +150,7 @@ def prepare_data(out_dir: str, call_format: str = "json", split_file: Optional[s
     if call_format not in CALL_FORMATS:
         raise ValueError(f"unknown call format {call_format!r}; expected one of {', '.join(CALL_FORMATS)}")
     split = read_split_file(split_file)
+    _refuse_other_format(out_dir, call_format)
     os.makedirs(out_dir, exist_ok=True)
     summary: dict[str, Any] = {
         "out_dir": os.path.abspath(out_dir),
@@ -149,6 +158,14 @@ def prepare_data(out_dir: str, call_format: str = "json", split_file: Optional[s
         "split_source": split_file or "shipped SEAL split (env_wrappers/bfcl/data/bfcl_v3_seal_split.json)",
         "splits": {},
     }
+    summary["rejected"] = {}
+    if prompt_tokens is not None and max_prompt_length is not None:
+        lengths = prompt_tokens(split["train"] + split["eval"])
+        over = {t: n for t, n in lengths.items() if n > max_prompt_length}
+        for t, n in sorted(over.items()):
+            warnings.warn(f"{t}: first prompt of {n} tokens exceeds max_prompt_length={max_prompt_length}; left out")
+        summary["rejected"] = over
+        split = {name: [t for t in ids if t not in over] for name, ids in split.items()}
     for name, (fname, agent) in SPLIT_FILES.items():
         rows = build_rows(split[name], name, call_format)
         path = os.path.join(out_dir, fname)
@@ -165,6 +182,28 @@ def prepare_data(out_dir: str, call_format: str = "json", split_file: Optional[s
     return summary
 
 
+def _refuse_other_format(out_dir: str, call_format: str) -> None:
+    """Each call format gets its own folder: writing one format over data of the other is an error (the
+    agent loop of one backbone rejects rows prepared for the other)."""
+    import pandas as pd
+
+    for fname, _ in SPLIT_FILES.values():
+        path = os.path.join(out_dir, fname)
+        if not os.path.isfile(path):
+            continue
+        try:
+            infos = pd.read_parquet(path, columns=["extra_info"])["extra_info"]
+            found = {i.get("call_format") for i in infos}
+        except Exception:  # not our dataset: leave the decision to the overwrite below
+            continue
+        other = sorted(str(f) for f in found if f != call_format)
+        if other:
+            raise ValueError(
+                f"{path} holds call_format={other[0]} data; write call_format={call_format} to its own folder "
+                f"(e.g. --out {os.path.join(os.path.dirname(os.path.abspath(out_dir)), call_format)})"
+            )
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """A short human-readable table of a ``prepare_data`` summary."""
     lines = [f"call format: {summary['call_format']}; split: {summary['split_source']}"]
@@ -173,6 +212,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     for name, s in summary["splits"].items():
         lines.append(f"{name:<6} {s['rows']:>5} {s['agent_name']:<10} "
                      + " ".join(f"{s['per_category'][c]:>12}" for c in cats))
+    if summary.get("rejected"):
+        lines.append(f"left out {len(summary['rejected'])} task(s) whose first prompt exceeds the budget: "
+                     + ", ".join(sorted(summary["rejected"])))
     for name, s in summary["splits"].items():
         lines.append(f"wrote {s['path']}")
     return "\n".join(lines)

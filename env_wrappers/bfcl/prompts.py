@@ -3,15 +3,15 @@
 One place for how a BFCL task is shown to a model, so the training rollouts and any evaluation client render
 the same bytes:
 
-- ``json`` (Qwen-style function calling): the tools go to the chat template's ``tools=`` argument (its
-  ``<tools>`` block), calls come back as ``<tool_call>`` JSON;
+- ``json`` (Qwen-style function calling): BFCL's function docs go to the chat template's ``tools=`` argument
+  (its ``<tools>`` block, as bfcl-eval's ``QwenFCHandler`` renders them), calls come back as ``<tool_call>`` JSON;
 - ``python`` (BFCL's prompt mode, e.g. ToolACE-2-Llama-3.1-8B): BFCL's own default system prompt carries
   the function docs in BFCL's doc dialect (:func:`prompt_mode_system_prompt`), calls come back as a Python
   call list.
 
 Functions revealed mid-task (``miss_func``): a token-continuous rollout cannot re-render the prompt's tool
-list, so the revealed docs are written in front of the reveal turn's user message, as BFCL's prompt mode
-does it (docs, newline, BFCL's reveal text); for ``json`` they are the OpenAI-style tool objects, one per line.
+list, so the revealed docs are written in front of the reveal turn's user message, as bfcl-eval does it for
+every local model (the raw doc list, newline, BFCL's reveal text), in both call formats.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from env_wrappers.protocol import tool_docs_lines
 
 from .tasks import BFCLTask
 
@@ -71,14 +70,16 @@ def initial_messages(task: BFCLTask, messages: list[dict], call_format: str
                      ) -> tuple[list[dict], Optional[list[dict]]]:
     """``(messages, tools)`` of a task's prompt; ``messages`` = the first user turn (with any system message).
 
-    ``json``: the messages unchanged and the OpenAI-style tools of turn 0 for the chat template.
+    ``json``: the messages unchanged and, for the chat template's ``tools=``, BFCL's own function docs of turn 0
+    (its doc dialect with its language hint, as bfcl-eval's ``QwenFCHandler`` lists them in the ``<tools>``
+    block), not OpenAI-converted tool objects, so the prompt is the one the benchmark renders.
     ``python``: BFCL's prompt-mode system prompt in front (an existing system message is kept after it, as
     BFCL's ``system_prompt_pre_processing_chat_model`` does) and no ``tools``.
     """
     _check_format(call_format)
     messages = [dict(m) for m in messages]
     if call_format == "json":
-        return messages, task.tools(upto_turn=0)
+        return messages, initial_docs(task)
     system = prompt_mode_system_prompt(initial_docs(task))
     if messages and messages[0].get("role") == "system":
         messages[0]["content"] = system + "\n\n" + str(messages[0].get("content") or "")
@@ -88,12 +89,12 @@ def initial_messages(task: BFCLTask, messages: list[dict], call_format: str
 
 
 def reveal_docs_text(task: BFCLTask, turn: int, revealed_tools: list[dict], call_format: str) -> str:
-    """The text of the docs revealed at ``turn``: BFCL's raw doc list (``python``) or tool JSON lines."""
+    """The text of the docs revealed at ``turn``: BFCL's raw doc list, for both call formats. bfcl-eval runs every
+    local model (``QwenFCHandler`` and ``LlamaHandler`` alike) through its prompting path, which formats the raw
+    doc list into ``DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING``."""
     _check_format(call_format)
-    if call_format == "python":
-        docs: Any = task.missed_functions.get(turn, [])
-        return str(docs)  # BFCL's prompt mode formats the raw doc list the same way
-    return tool_docs_lines(revealed_tools)
+    docs: Any = task.missed_functions.get(turn, [])
+    return str(docs)
 
 
 def reveal_messages(task: BFCLTask, turn: int, messages: list[dict], revealed_tools: list[dict],

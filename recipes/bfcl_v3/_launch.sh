@@ -3,7 +3,7 @@
 # Environment:
 #   BACKBONE   qwen2.5-7b (default) | qwen2.5-3b | toolace2-8b
 #   DATA_DIR   folder with train.parquet and eval.parquet from `seal-verl prepare-data`
-#              (default: <repo>/data/bfcl_v3)
+#              (default: <repo>/data/bfcl_v3/json, or .../python for toolace2-8b)
 #   PYTHON     interpreter with verl[vllm]==0.9.1 and seal-verl installed (default: python)
 # Extra command-line arguments are appended as Hydra overrides (e.g. trainer.total_epochs=3,
 # trainer.logger=[console,wandb], +ray_kwargs.ray_init.num_cpus=64).
@@ -13,7 +13,10 @@ REPO_DIR="$(cd "$RECIPE_DIR/../.." && pwd)"
 seal_launch() {
   local variant="$1"; shift
   local backbone="${BACKBONE:-qwen2.5-7b}"
-  local data_dir="${DATA_DIR:-$REPO_DIR/data/bfcl_v3}"
+  # each call format has its own data folder (prepare-data --out data/bfcl_v3/<json|python>)
+  local call_format=json
+  case "$backbone" in toolace2*) call_format=python ;; esac
+  local data_dir="${DATA_DIR:-$REPO_DIR/data/bfcl_v3/$call_format}"
   local python="${PYTHON:-python}"
   if [ ! -f "$RECIPE_DIR/config/backbone/$backbone.yaml" ]; then
     echo "unknown BACKBONE=$backbone; one of: $(cd "$RECIPE_DIR/config/backbone" && ls | sed 's/\.yaml$//' | tr '\n' ' ')" >&2
