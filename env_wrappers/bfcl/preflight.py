@@ -219,8 +219,8 @@ def recipe_max_prompt_length() -> int:
     """``data.max_prompt_length`` of the shipped recipe (recipes/bfcl_v3/config/bfcl_v3.yaml)."""
     import yaml
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "bfcl_v3",
-                        "config", "bfcl_v3.yaml")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.path.join(repo, "recipes", "bfcl_v3", "config", "bfcl_v3.yaml")
     with open(path, encoding="utf-8") as f:
         value = (yaml.safe_load(f).get("data") or {}).get("max_prompt_length")
     if not isinstance(value, int):
