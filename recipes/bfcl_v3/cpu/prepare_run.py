@@ -61,10 +61,11 @@ def make_model(path: str, max_model_len: int) -> str:
 
 
 def prompt_lengths(model: str, task_ids: list[str]) -> dict[str, int]:
-    """Tokens of each task's first prompt as the BFCL agent loop renders it for ``call_format=json`` (the
-    task's tools passed to the chat template)."""
+    """Tokens of each task's first prompt as the agent loop renders it for ``call_format=json``
+    (``env_wrappers.bfcl.prompts.initial_messages``: BFCL's docs in the chat template's tools block)."""
     from transformers import AutoTokenizer
 
+    from env_wrappers.bfcl.prompts import initial_messages
     from env_wrappers.bfcl.tasks import load_tasks
 
     tok = AutoTokenizer.from_pretrained(model)
@@ -72,8 +73,9 @@ def prompt_lengths(model: str, task_ids: list[str]) -> dict[str, int]:
     out = {}
     for tid in task_ids:
         task = tasks[tid]
-        msgs = [{"role": str(m["role"]), "content": str(m["content"])} for m in task.questions[0]]
-        ids = tok.apply_chat_template(msgs, tools=task.tools(upto_turn=0), add_generation_prompt=True, tokenize=True)
+        first = [{"role": str(m["role"]), "content": str(m["content"])} for m in task.questions[0]]
+        msgs, tools = initial_messages(task, first, "json")
+        ids = tok.apply_chat_template(msgs, tools=tools, add_generation_prompt=True, tokenize=True)
         if hasattr(ids, "keys"):
             ids = ids["input_ids"]
         out[tid] = len(ids)
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--call-format", default="json", choices=["json"],
                    help="the tiny model's chat template is Qwen-style: JSON tool calls only")
     p.add_argument("--max-model-len", type=int, default=8192)
-    p.add_argument("--max-prompt-length", type=int, default=5120)
+    p.add_argument("--max-prompt-length", type=int, default=7168)
     p.add_argument("--model", default=None, help="use this model folder as it is (no tiny model is made)")
     p.add_argument("--models-dir", default=DEFAULT_MODELS,
                    help="cache of the tiny random and warm-started models (default: %(default)s)")

@@ -67,7 +67,7 @@ MODEL_ARGS=(--models-dir "$MODELS")
 if [ -n "${SEAL_CPU_MODEL:-}" ]; then MODEL_ARGS=(--model "$SEAL_CPU_MODEL"); fi
 if [ "$WARM_START" = 0 ]; then MODEL_ARGS+=(--no-warm-start); fi
 echo "[run-cpu] model and data (a warm start that is not cached yet takes a few minutes) ..."
-if ! (cd "$REPO" && "$PY" "$HERE/prepare_run.py" "$OUT" --max-prompt-length 5120 --max-model-len 8192 \
+if ! (cd "$REPO" && "$PY" "$HERE/prepare_run.py" "$OUT" --max-prompt-length 7168 --max-model-len 8192 \
         "${MODEL_ARGS[@]}") > "$OUT/prepare.log" 2>&1; then
   grep -v -E 'Warning|warn\(|^WARNING' "$OUT/prepare.log" | tail -30 >&2
   echo "run-cpu: error: preparing the model and data failed; the whole output is in $OUT/prepare.log" >&2

@@ -45,7 +45,7 @@ DEFAULT_SPLIT = os.path.join(HERE, "split_cpu.json")
 AGENT_LOOPS = os.path.join(HERE, "agent_loops", "json.yaml")
 INFO_FILE = "warm_start.json"
 #: the CPU overlay's lengths (config/cpu/tiny.yaml): data.max_prompt_length, data.max_response_length
-PROMPT_LENGTH = 5120
+PROMPT_LENGTH = 7168
 RESPONSE_LENGTH = 1024
 #: the recipe's sampling (recipes/bfcl_v3/config/bfcl_v3.yaml, actor_rollout_ref.rollout)
 TEMPERATURE = 1.0
