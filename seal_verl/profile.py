@@ -28,6 +28,7 @@ __all__ = [
     "zero_profile",
     "ABSTENTION_KEYS",
     "eligible_on_abstention",
+    "profile_keys",
 ]
 
 #: The profile keys only an abstention turn (empty ground truth) can carry; every other key can only occur on
@@ -66,6 +67,13 @@ def _profile_key(label: str, abstention: bool) -> Optional[str]:
     if label == tx.SPURIOUS_TOOL_CALL:
         raise ValueError(f"label {tx.SPURIOUS_TOOL_CALL!r} on a non-abstention turn; it is reserved for abstention turns")
     return label
+
+
+def profile_keys(labels: list[str], abstention: list[bool]) -> list[Optional[str]]:
+    """Per turn, the key it counts under in p_j(z), C_t, the metrics and rho: Psi's label, except that a ``pass``
+    on an abstention turn is ``correct_abstention``; ``None`` for a ``checker_error`` turn (left out)."""
+    _check_lengths(labels, abstention)
+    return [_profile_key(label, bool(abst)) for label, abst in zip(labels, abstention)]
 
 
 def _check_lengths(labels: list[str], abstention: list[bool]) -> None:

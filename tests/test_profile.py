@@ -144,3 +144,12 @@ def test_ema_update():
 def test_ema_update_rejects_bad_beta(beta):
     with pytest.raises(ValueError, match="beta"):
         ema_update({"a": 0.0}, {"a": 1.0}, beta)
+
+
+def test_profile_keys_name_turns_as_the_metrics_do():
+    """Run-folder traces carry the turns in the metrics' vocabulary: a pass on an abstention turn is a correct
+    abstention there (Psi's label stays ``pass``)."""
+    from seal_verl.profile import profile_keys
+
+    assert profile_keys(["pass", "pass", "spurious_tool_call", "checker_error"], [False, True, True, False]) == [
+        "pass", "correct_abstention", "spurious_tool_call", None]

@@ -100,6 +100,7 @@ class DryRun:
             WeightPlan, excluded_rows, profile_from_extras, record_from_extras, rows_from_non_tensor_batch,
             token_range, weight_metrics, weight_plan,
         )
+        from seal_verl.profile import profile_keys
         from seal_verl.verl_glue.agent_loop import set_state_source
         from seal_verl.verl_glue.config import parse_seal_config
         from seal_verl.verl_glue.driver import RUN_METRICS_FILE, RUN_VAL_FILE, RunFolder, SealDriver
@@ -192,6 +193,7 @@ class DryRun:
                     "plan": None if rec is None else {k: rec["plan"].to_dict()[k] for k in ("target", "kind", "turns", "labels")},
                     "labels": records[i].labels,
                     "abstention": records[i].abstention,
+                    "profile_keys": profile_keys(records[i].labels, records[i].abstention),
                     "reward": records[i].reward,
                     "w": float(weights[i]),
                     "advantage": float(adv[i][m].mean()) if bool(m.any()) else 0.0,

@@ -176,12 +176,29 @@ class RunFolder:
         return self._append(RUN_VAL_FILE, rows)
 
 
+def _profile_keys(reward_extras: dict) -> Optional[list]:
+    """The turns' keys in the metrics' vocabulary (``correct_abstention`` for a pass on an abstention turn)."""
+    from seal_verl.profile import profile_keys
+
+    labels = _json_value(reward_extras.get("seal_labels"))
+    abst = _json_value(reward_extras.get("seal_abstention"))
+    if not isinstance(labels, list) or not isinstance(abst, list):
+        return None
+    try:
+        return profile_keys([str(x) for x in labels], [bool(x) for x in abst])
+    except ValueError:
+        return None
+
+
 def trace_row(*, step: int, global_step: int, key: str, uid: Any, reward_extras: dict, extra_fields: dict,
               w: float, advantage: Optional[float], hint_in_text: Optional[bool],
               tokens: Optional[dict] = None, grpo_advantage: Optional[float] = None,
               advantage_range: Optional[tuple] = None, excluded: bool = False) -> dict:
     """One rollout of a training step, as ``traces_step_{k}.jsonl`` holds it (the dry run's keys, ``plan`` None,
     plus ``global_step``, ``key``, ``category``, ``acc``, ``cue_count``, ``tokens``).
+
+    ``labels`` are Psi's labels (a correct abstention is ``pass``, as in ``seal-verl diagnose``); ``profile_keys``
+    are the same turns in the vocabulary of the metrics, the state and rho (``correct_abstention`` there).
 
     Args:
         reward_extras: the reward function's extras of the rollout (``seal_labels``, ``score``, ...).
@@ -208,6 +225,7 @@ def trace_row(*, step: int, global_step: int, key: str, uid: Any, reward_extras:
         "plan": None,
         "labels": _json_value(reward_extras.get("seal_labels")),
         "abstention": _json_value(reward_extras.get("seal_abstention")),
+        "profile_keys": _profile_keys(reward_extras),
         "reward": _float(reward_extras.get("score")),
         "acc": _float(reward_extras.get("acc")),
         "w": float(w),
