@@ -257,6 +257,22 @@ def build_tokenizer(vocab_size: int = VOCAB_SIZE):
     return hf
 
 
+def seeded_init(model, seed: int, std: float) -> None:
+    """Initialise ``model`` from its own generator, so the weights depend on the seed alone (not on the global RNG
+    state or on how a transformers version orders its init calls): norms 1, biases 0, the rest N(0, std)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            elif name.endswith(".bias"):
+                p.zero_()
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) * std)
+
+
 def make_tiny_qwen(out_dir: str, seed: int = 0, **model_args) -> str:
     """Write the tiny model + tokenizer to ``out_dir`` (created if needed) and return its absolute path.
 
@@ -287,19 +303,9 @@ def make_tiny_qwen(out_dir: str, seed: int = 0, **model_args) -> str:
     )
     config.architectures = ["Qwen2ForCausalLM"]
 
-    gen = torch.Generator().manual_seed(seed)
     model = Qwen2ForCausalLM(config)
     model.eval()
-    with torch.no_grad():
-        # initialise explicitly from our own generator, so the weights depend on the seed alone
-        # (not on the global RNG state or on how a transformers version orders its init calls)
-        for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            elif name.endswith(".bias"):
-                p.zero_()
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen) * args["initializer_range"])
+    seeded_init(model, seed, args["initializer_range"])
     model = model.to(torch.float32)
     model.generation_config = GenerationConfig(
         bos_token_id=pad_id, eos_token_id=[eos_id, pad_id], pad_token_id=pad_id, do_sample=True

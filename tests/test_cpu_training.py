@@ -32,22 +32,14 @@ import subprocess
 import time
 
 import pytest
+from _cpu_venv import cpu_train_venv
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CPU_DIR = os.path.join(REPO, "recipes", "bfcl_v3", "cpu")
 STEPS = 3
 
 
-def _venv():
-    explicit = os.environ.get("SEAL_CPU_TRAIN_VENV")
-    if explicit:
-        return os.path.abspath(explicit)
-    if os.environ.get("SEAL_CPU_TRAINING", "").strip().lower() in ("1", "true", "yes"):
-        return os.path.join(REPO, ".venv-cpu-train")
-    return None
-
-
-VENV = _venv()
+VENV = cpu_train_venv()
 _skip_runs = pytest.mark.skipif(
     VENV is None,
     reason="real CPU training runs take ~20 min: set SEAL_CPU_TRAINING=1 (uses/builds <repo>/.venv-cpu-train) "

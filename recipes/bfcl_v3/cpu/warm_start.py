@@ -267,7 +267,8 @@ def trajectory_nll(model, rows: list[dict]) -> list[float]:
 
 def fine_tune(base: str, rows: list[dict], out_model: str, max_epochs: int, lr: float, seed: int,
               target: float) -> list[dict]:
-    """transformers' ``Trainer`` on the pre-tokenized rows (batch 1, AdamW, constant rate after a short warm-up),
+    """transformers' ``Trainer`` on the pre-tokenized rows (batch 1, AdamW, cosine decay over ``max_epochs`` after a
+    one-epoch warm-up),
     stopped after the first epoch at which the mean of ``exp(-nll)`` over the tasks (the predicted pass rate of
     sampling the ground truth exactly) reaches ``target``: partly right, not memorised. Returns the epoch log."""
     import torch
@@ -300,7 +301,7 @@ def fine_tune(base: str, rows: list[dict], out_model: str, max_epochs: int, lr: 
 
     args = TrainingArguments(
         output_dir=os.path.join(out_model, ".trainer"), num_train_epochs=max_epochs, per_device_train_batch_size=1,
-        learning_rate=lr, lr_scheduler_type="constant_with_warmup", warmup_steps=len(data), weight_decay=0.0,
+        learning_rate=lr, lr_scheduler_type="cosine", warmup_steps=len(data), weight_decay=0.0,
         logging_strategy="no", save_strategy="no", report_to=[], use_cpu=True, seed=seed, data_seed=seed,
         dataloader_num_workers=0, disable_tqdm=True, remove_unused_columns=False,
     )
