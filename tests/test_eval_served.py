@@ -7,10 +7,11 @@ to come up on 2 cores):
     SEAL_CPU_TRAIN_VENV=/path/to/venv pytest -q tests/test_eval_served.py
     SEAL_EVAL_MODEL_DIR=/path/to/checkpoint ...                        # serve this model instead of a tiny one
 
-Without ``SEAL_EVAL_MODEL_DIR`` the tiny random Qwen2 of ``seal_verl.tiny_model`` is made and served (its
-position limit raised as the CPU training run does). A random model never calls a tool well, so every task
-fails; a warm-started checkpoint makes some pass. Either way the test checks, per task, on a few short-prompt
-tasks of the CPU split, in ``fc`` mode (the server's hermes tool-call parser) and prompt mode (JSON blocks):
+Without ``SEAL_EVAL_MODEL_DIR`` the checkpoint the CPU training run uses is served: the tiny Qwen2 warm-started on
+the CPU split's training tasks (``recipes/bfcl_v3/cpu/prepare_run.py``; reused from the model cache
+``SEAL_CPU_MODELS``, default ``runs/cpu/models``, when the training tests built it first), so some tasks pass and
+some fail. The test checks, per task, on the CPU split's tasks, in ``fc`` mode (the server's hermes tool-call
+parser) and prompt mode (JSON blocks):
 
 - ``seal-verl eval`` writes the result files, ``labels.jsonl`` and ``scores.json`` through the real server;
 - its verdicts equal bfcl-eval's own decoders + official multi-turn checker on those result files, run in a
@@ -34,9 +35,13 @@ from _cpu_venv import cpu_train_venv
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
 CPU_DIR = os.path.join(REPO, "recipes", "bfcl_v3", "cpu")
-#: Short first prompts with the tiny tokenizer (the CPU split's eval ids and two training ids).
-TASK_IDS = ["multi_turn_base_132", "multi_turn_miss_func_132", "multi_turn_miss_param_105",
-            "multi_turn_long_context_105"]
+def _split_cpu(half: str) -> list[str]:
+    with open(os.path.join(CPU_DIR, "split_cpu.json")) as f:
+        return list(json.load(f)[half])
+
+
+#: The CPU split's training tasks (the warm-started model passes some of them) and one held-out task.
+TASK_IDS = _split_cpu("train") + _split_cpu("eval")[:1]
 MAX_MODEL_LEN = 8192
 SERVED = "seal-eval-model"
 
@@ -54,19 +59,20 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    """The checkpoint to serve: ``SEAL_EVAL_MODEL_DIR``, else a tiny random Qwen2 made here."""
+    """The checkpoint to serve: ``SEAL_EVAL_MODEL_DIR``, else the CPU training run's warm-started model."""
     explicit = os.environ.get("SEAL_EVAL_MODEL_DIR")
     if explicit:
         if not os.path.exists(os.path.join(explicit, "config.json")):
             pytest.fail(f"SEAL_EVAL_MODEL_DIR={explicit}: no config.json there (not a saved checkpoint)")
         return os.path.abspath(explicit)
-    path = str(tmp_path_factory.mktemp("served") / "model")
+    run = str(tmp_path_factory.mktemp("served") / "run")
+    models = os.environ.get("SEAL_CPU_MODELS") or os.path.join(REPO, "runs", "cpu", "models")
     env = dict(os.environ, PYTHONPATH=REPO)
-    code = ("import sys, importlib.util as u; s=u.spec_from_file_location('p', sys.argv[1]); m=u.module_from_spec(s); "
-            "s.loader.exec_module(m); m.make_model(sys.argv[2], int(sys.argv[3]))")
-    subprocess.run([os.path.join(VENV, "bin", "python"), "-c", code, os.path.join(CPU_DIR, "prepare_run.py"), path,
-                    str(MAX_MODEL_LEN)], check=True, env=env, cwd=REPO, timeout=600)
-    return path
+    subprocess.run([os.path.join(VENV, "bin", "python"), os.path.join(CPU_DIR, "prepare_run.py"), run,
+                    "--models-dir", models, "--max-model-len", str(MAX_MODEL_LEN)],
+                   check=True, env=env, cwd=REPO, timeout=1800)
+    with open(os.path.join(run, "prepare.json")) as f:
+        return json.load(f)["model"]
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +126,7 @@ def _stop(proc) -> None:
 def _eval(url, out, mode_args):
     env = dict(os.environ, PYTHONPATH=REPO)
     cmd = [sys.executable, "-m", "seal_verl.cli", "eval", "--base-url", url, "--model", SERVED, "--out", str(out),
-           "--ids", *TASK_IDS, "--max-tokens", "48", "--concurrency", "2", "--no-progress", *mode_args]
+           "--ids", *TASK_IDS, "--max-tokens", "64", "--concurrency", "2", "--no-progress", *mode_args]
     t0 = time.time()
     proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -156,11 +162,6 @@ def test_served_model_verdicts_agree_with_official(fmt, server, tmp_path):
     print(f"\n[{fmt}] {len(TASK_IDS)} tasks in {seconds:.1f} s; passed {sum(r['valid'] for r in replies)}\n{table}")
 
 
-def _split_cpu_eval_ids():
-    with open(os.path.join(CPU_DIR, "split_cpu.json")) as f:
-        return list(json.load(f)["eval"])
-
-
 def _budget_ended(trace) -> bool:
     """Whether the agent loop cut the trajectory by one of its token budgets (the server path has none but
     --max-tokens per request): the one known source of a different verdict between the two paths."""
@@ -171,11 +172,13 @@ def _budget_ended(trace) -> bool:
 
 def test_verl_validation_agrees_with_served_eval(model_dir, server, tmp_path):
     """(b): verl's own validation (main_ppo, ``trainer.val_only``, the ``bfcl`` agent loop, greedy) of the same
-    checkpoint on the CPU split's held-out tasks gives the same verdict per task as ``seal-verl eval`` in fc
+    checkpoint on the tasks the CPU run validates on (the split's training tasks through the ``bfcl`` loop, no
+    cues) gives the same verdict per task as ``seal-verl eval`` in fc
     mode against the served model; a task whose verdicts differ must be one the agent loop cut by a token
     budget (explained), and there may be no other difference."""
     out = tmp_path / "val"
-    env = dict(os.environ, VARIANT="seal", STEPS="1", OUT=str(out), SEAL_CPU_VENV=VENV, SEAL_CPU_MODEL=model_dir)
+    env = dict(os.environ, VARIANT="seal", STEPS="1", OUT=str(out), SEAL_CPU_VENV=VENV, SEAL_CPU_MODEL=model_dir,
+               VAL="train")
     with open(tmp_path / "main_ppo.out", "w") as log:
         proc = subprocess.run(["bash", os.path.join(CPU_DIR, "run_cpu.sh"), "trainer.val_only=true",
                                "trainer.val_before_train=true"], env=env, cwd=REPO, stdout=log,
@@ -183,13 +186,13 @@ def test_verl_validation_agrees_with_served_eval(model_dir, server, tmp_path):
     assert proc.returncode == 0, open(tmp_path / "main_ppo.out").read()[-3000:]
     with open(out / "val_traces.jsonl") as f:
         val = {r["task_id"]: r for r in map(json.loads, f)}
-    ids = _split_cpu_eval_ids()
+    ids = _split_cpu("train")
     assert sorted(val) == sorted(ids)
     ev = tmp_path / "eval"
     env2 = dict(os.environ, PYTHONPATH=REPO)
-    # 32 tokens per assistant message, as the CPU recipe's agent loop (max_tokens_per_step).
+    # 64 tokens per assistant message, as the CPU recipe's agent loop (max_tokens_per_step).
     p = subprocess.run([sys.executable, "-m", "seal_verl.cli", "eval", "--base-url", server, "--model", SERVED,
-                        "--out", str(ev), "--ids", *ids, "--max-tokens", "32", "--no-progress"],
+                        "--out", str(ev), "--ids", *ids, "--max-tokens", "64", "--no-progress"],
                        env=env2, cwd=REPO, capture_output=True, text=True, timeout=1800)
     assert p.returncode == 0, p.stderr[-3000:]
     with open(ev / "labels.jsonl") as f:
