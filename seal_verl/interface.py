@@ -28,6 +28,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Iterable, Optional
 
+from seal_verl import schema as sc
 from seal_verl import taxonomy as tx
 from seal_verl import trace as tr
 
@@ -448,55 +449,41 @@ _PARSE_REASONS = {
     tr.PARSE_TOO_LARGE: "it is too large or too deeply nested",
 }
 
-_JSON_TYPES = {
-    "string": (str,), "str": (str,),
-    "integer": (int,), "int": (int,),
-    "number": (int, float), "float": (int, float),
-    "boolean": (bool,), "bool": (bool,),
-    "array": (list, tuple), "list": (list, tuple), "tuple": (list, tuple),
-    "object": (dict,), "dict": (dict,),
-    "null": (type(None),),
-}
-
-
-def _type_ok(value: Any, schema_type: Any) -> bool:
-    """Whether ``value`` fits a JSON Schema ``type`` (BFCL's aliases included; unknown types pass)."""
-    types = schema_type if isinstance(schema_type, list) else [schema_type]
-    for t in types:
-        py = _JSON_TYPES.get(t) if isinstance(t, str) else None
-        if py is None:
-            return True
-        if isinstance(value, bool) and bool not in py:
-            continue  # bool is an int in Python, never in JSON Schema
-        if isinstance(value, py):
-            return True
-    return False
-
-
 def _violations(fname: str, arguments: Any, params: dict) -> list[str]:
-    """Constraint violations of top-level arguments, described by schema facts and parameter names only."""
+    """The violations :mod:`seal_verl.schema` finds (the same the environment records as evidence), worded
+    for the agent by schema facts and parameter names only."""
     if not isinstance(arguments, dict):
         return [f"the arguments of `{fname}` must be an object of named parameters"]
-    props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
+    checked = sc.ParameterSchema(params)
+    given = params.get("properties") if isinstance(params.get("properties"), dict) else {}
     out = []
-    for name in params.get("required") or []:
-        if name not in arguments:
-            out.append(f"required parameter `{_short(name)}` is missing")
-    for name, value in arguments.items():
-        if name not in props:
-            # Unknown keywords fail on the Python backends even where a schema does not say so; only a schema
-            # that explicitly allows extra parameters (additionalProperties true or a schema) accepts them.
-            extra = params.get("additionalProperties")
-            if extra is None or extra is False:
-                known = ", ".join(_short(p) for p in props) or "none"
-                out.append(f"`{_short(name)}` is not a parameter of `{fname}` (its parameters: {known})")
+    for v in checked.check(arguments):
+        if not v.path:
+            if v.kind == "required":
+                out.extend(f"required parameter `{_short(n)}` is missing" for n in v.names)
+            elif v.kind == "unknown":
+                known = ", ".join(_short(p) for p in checked.properties) or "none"
+                out.extend(f"`{_short(n)}` is not a parameter of `{fname}` (its parameters: {known})"
+                           for n in v.names)
+            else:
+                out.append(f"the arguments of `{fname}` violate the schema's '{_short(v.kind)}' constraint")
             continue
-        sub = props[name] if isinstance(props[name], dict) else {}
-        if "type" in sub and not _type_ok(value, sub["type"]):
-            out.append(f"`{_short(name)}` must be of type {_type_text({'type': sub['type']})}")
-        elif isinstance(sub.get("enum"), list) and value not in sub["enum"]:
-            members = ", ".join(json.dumps(m, ensure_ascii=False) for m in sub["enum"])
-            out.append(f"`{_short(name)}` must be one of [{members}]")
+        where = f"`{_short(v.path[0])}`" + "".join(f"[{p}]" if isinstance(p, int) else f".{_short(p)}"
+                                                 for p in v.path[1:])
+        if v.kind == "type":
+            sub = given.get(v.path[0]) if len(v.path) == 1 else None
+            shown = sub["type"] if isinstance(sub, dict) and "type" in sub else v.expected  # the schema's own word
+            out.append(f"{where} must be of type {_type_text({'type': shown})}")
+        elif v.kind == "enum":
+            allowed = v.expected if isinstance(v.expected, list) else [v.expected]
+            members = ", ".join(json.dumps(m, ensure_ascii=False) for m in allowed)
+            out.append(f"{where} must be one of [{members}]")
+        elif v.kind == "required":
+            out.append(f"{where} is missing required field(s): " + ", ".join(_short(n) for n in v.names))
+        elif v.kind == "unknown":
+            out.append(f"{where} has unknown field(s): " + ", ".join(_short(n) for n in v.names))
+        else:
+            out.append(f"{where} violates the schema's '{_short(v.kind)}' constraint")
     return out
 
 

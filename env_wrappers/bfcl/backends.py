@@ -216,9 +216,6 @@ class Backends:
         new.broken = self.broken
         return new
 
-    def knows(self, name: str) -> bool:
-        return name in self.methods
-
     # ------------------------------------------------------------------------------------------------------
     def execute(self, call: str) -> tuple[str, bool, bool]:
         """Execute one canonical call string. Returns ``(result_text, is_error, executed)``.

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from seal_verl.schema import POSITIONAL_PREFIX
 from seal_verl.trace import (
     PARSE_BAD_NAME,
     PARSE_BAD_STRUCTURE,
@@ -228,7 +229,7 @@ def _call_record(raw: str, name: Any, args: tuple, kwargs: dict) -> CallRecord:
                 problem = PARSE_TOO_LARGE, f"call of {len(call)} characters exceeds the limit of {MAX_TEXT_CHARS}"
     if problem is not None:
         return CallRecord(raw=raw, parse_status=problem[0], name=name, parse_error=problem[1])
-    arguments = {f"__arg{i}": _jsonable(a) for i, a in enumerate(args)}
+    arguments = {f"{POSITIONAL_PREFIX}{i}": _jsonable(a) for i, a in enumerate(args)}
     arguments.update({k: _jsonable(v) for k, v in kwargs.items()})
     return CallRecord(raw=raw, parse_status=PARSE_OK, name=name, arguments=arguments, call=call)
 

@@ -262,17 +262,7 @@ class BFCLEnv:
         rec.known = rec.name in self._methods
         rec.available = rec.name in self.offered
         if rec.parse_status == PARSE_OK and rec.known:
-            kwargs = {k: v for k, v in (rec.arguments or {}).items() if not k.startswith("__arg")}
-            positional = [k for k in (rec.arguments or {}) if k.startswith("__arg")]
-            errs = self.schemas.errors(rec.name, kwargs)
-            if positional:
-                # Positional arguments fill parameters in declaration order; check what they leave missing.
-                tool = self.schemas.tool(rec.name)
-                order = list(tool["function"]["parameters"].get("properties", {})) if tool else []
-                filled = set(order[: len(positional)])
-                errs = [e for e in errs if not (e.startswith("arguments: missing required") and
-                                                all(p.strip() in filled for p in e.split(":", 2)[-1].split(",")))]
-            rec.schema_errors = errs
+            rec.schema_errors = self.schemas.errors(rec.name, rec.arguments or {})
 
 
 def _bfcl_shows_error(rec: CallRecord, form: str) -> bool:

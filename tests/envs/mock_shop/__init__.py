@@ -18,12 +18,12 @@ from typing import Optional
 
 from env_wrappers.protocol import ABSTAIN_TEXT, CLOSING_TEXT, Environment, StepResult, ToolResult, Verification
 from seal_verl.diagnosis import TurnCheck
+from seal_verl.schema import check as check_arguments
 from seal_verl.trace import (PARSE_BAD_STRUCTURE, PARSE_BAD_SYNTAX, PARSE_OK, Attempt, CallRecord, Trace,
                              TurnTrace)
 
 DATA = json.loads((Path(__file__).parent / "tasks.json").read_text())
 TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-_TYPES = {"string": str, "integer": int, "object": dict}
 
 
 # ------------------------------------------------------------------------------------------------ the tools
@@ -78,20 +78,8 @@ SCHEMAS = {t["name"]: t["parameters"] for t in DATA["tools"]}
 
 
 def schema_errors(name: str, arguments: dict) -> list[str]:
-    schema = SCHEMAS.get(name, {})
-    props = schema.get("properties", {})
-    errors = [f"missing required parameter {p}" for p in schema.get("required", []) if p not in arguments]
-    for key, value in arguments.items():
-        spec = props.get(key)
-        if spec is None:
-            errors.append(f"unknown parameter {key}")
-            continue
-        want = _TYPES.get(spec.get("type"))
-        if want is not None and (not isinstance(value, want) or isinstance(value, bool)):
-            errors.append(f"{key}: expected {spec['type']}")
-        elif "enum" in spec and value not in spec["enum"]:
-            errors.append(f"{key}: must be one of {spec['enum']}")
-    return errors
+    """The core's check, so the evidence recorded here is what the interface's error cue names."""
+    return [v.evidence for v in check_arguments(SCHEMAS.get(name, {}), arguments)]
 
 
 def render_call(call: dict) -> str:
