@@ -50,7 +50,7 @@ RESPONSE_LENGTH = 1024
 #: the recipe's sampling (recipes/bfcl_v3/config/bfcl_v3.yaml, actor_rollout_ref.rollout)
 TEMPERATURE = 1.0
 TOP_P = 1.0
-DEFAULTS = {"epochs": 60, "lr": 5e-3, "samples": 4, "seed": 0, "target": 0.5}
+DEFAULTS = {"epochs": 70, "lr": 5e-3, "samples": 4, "seed": 0, "target": 0.5}
 
 
 class WarmStartError(RuntimeError):
