@@ -129,7 +129,8 @@ class Watcher:
         self.phase = "starting"
         self._log_pos = 0
         self.bar = None
-        if progress:
+        self._last_said_phase = None
+        if progress and sys.stderr.isatty():  # a bar redrawn into a log file is noise: phase lines instead
             from tqdm import tqdm
 
             self.bar = tqdm(total=steps, desc="training", unit="step", file=sys.stderr, dynamic_ncols=True,
@@ -156,6 +157,9 @@ class Watcher:
                     self.phase = f"rollouts running {m.group(1)}, finished {m.group(2)}" if phase == "rollouts" else phase
         if self.bar is not None:
             self.bar.set_postfix_str(self.phase[:60])
+        elif self.phase != self._last_said_phase and not self.phase.startswith("rollouts"):
+            self._say(f"[{time.strftime('%H:%M:%S')}] {self.phase}")
+            self._last_said_phase = self.phase
 
     def poll(self) -> None:
         self._read_log()
