@@ -247,6 +247,7 @@ class SealTrainerMixin:
         pending = self.__dict__.get("_seal_step_rows", {})
         data = self._seal_fetch_rollouts(batch, ["extra_fields", "prompts", "responses", "response_mask", "advantages"])
         loop_metrics = self._seal_agent_loop_metrics(batch)
+        metrics.update(self._seal_sync_metrics(batch))
         extra_fields = _as_list(data["extra_fields"])
         prompts = _unpadded_rows(data["prompts"])
         responses = _unpadded_rows(data["responses"])
@@ -291,6 +292,35 @@ class SealTrainerMixin:
         folder.append_metrics(step_row(step=k, global_step=int(global_steps), state_before=self.seal.state_before,
                                        state_after=self.seal.state, rows=rows, seconds=seconds, metrics=metrics))
         self._seal_step_rows = {}
+
+    def _seal_sync_metrics(self, batch) -> dict:
+        """Mean |p - q| of the response tokens' probabilities between the rollout engine, the actor before the
+        update and the reference (the initial weights): ``seal/sync/{rollout_vs_actor,rollout_vs_ref,actor_vs_ref}``.
+        After a real weight sync the rollout is closer to the actor than to the initial weights as soon as the
+        actor has moved; a rollout engine that kept the initial weights would show the opposite. Empty when the
+        run computes no rollout or reference log-probs."""
+        fields = ["response_mask", "rollout_log_probs", "old_log_probs", "ref_log_prob"]
+        try:
+            data = self._seal_fetch_rollouts(batch, fields)
+        except (KeyError, ValueError, RuntimeError):
+            return {}
+        rows = {f: _unpadded_rows(data[f]) for f in fields}
+        sums = {"rollout_vs_actor": 0.0, "rollout_vs_ref": 0.0, "actor_vs_ref": 0.0}
+        n = 0
+        pairs = {"rollout_vs_actor": ("rollout_log_probs", "old_log_probs"),
+                 "rollout_vs_ref": ("rollout_log_probs", "ref_log_prob"),
+                 "actor_vs_ref": ("old_log_probs", "ref_log_prob")}
+        for i, mask in enumerate(rows["response_mask"]):
+            m = mask.bool()
+            length = min(int(m.shape[0]), *(int(rows[f][i].shape[0]) for f in fields[1:]))
+            m = m[:length]
+            if not bool(m.any()):
+                continue
+            probs = {f: rows[f][i][:length][m].float().exp() for f in fields[1:]}
+            for name, (a, b) in pairs.items():
+                sums[name] += float((probs[a] - probs[b]).abs().sum())
+            n += int(m.sum())
+        return {f"seal/sync/{k}": v / n for k, v in sums.items()} if n else {}
 
     def _seal_agent_loop_metrics(self, batch) -> list | None:
         """Per rollout: the agent loop's own timers (``AgentLoopMetrics``: generate_sequences, tool_calls,

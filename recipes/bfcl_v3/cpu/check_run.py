@@ -24,11 +24,12 @@ What is checked (the variant's switches come from the run's config.json):
   marker decoded from their tokens) and cue tokens exactly when the interface was active and inserted cues;
   without it none carries any; validation rollouts (``bfcl`` loop, at least one validation) never carry a cue;
 - ``sync``: verl's rollout-vs-actor log-prob metrics after each weight sync (``calculate_log_probs=true``):
-  ``training/rollout_probs_diff_valid`` 1, ``training/rollout_probs_diff_mean`` <= 1e-3,
-  ``training/rollout_actor_probs_pearson_corr`` >= 0.9; with ``--require-moving-weights`` (a run whose weights
-  move) also ``actor/grad_norm`` > 0, ``actor/kl_loss`` > 0 (the actor moved away from the initial = reference
-  weights) and, from the second step on, ``rollout_corr/k3_kl`` (rollout vs actor) below a tenth of the previous
-  step's ``actor/kl_loss`` (what a rollout still on the initial weights would show): the sync is real;
+  ``training/rollout_probs_diff_valid`` 1, ``training/rollout_probs_diff_mean`` <= 1e-2 (bf16 rollout vs fp32
+  actor), ``training/rollout_actor_probs_pearson_corr`` >= 0.9; with ``--require-moving-weights`` (a run whose
+  weights move) also ``actor/grad_norm`` > 0, ``actor/kl_loss`` > 0 and, from the second step on, wherever the
+  actor has moved away from its initial weights beyond the numeric noise (``seal/sync/actor_vs_ref`` > 2 x
+  ``seal/sync/rollout_vs_actor``), the rollout's token probabilities closer to the actor's than to the initial
+  weights' (what a rollout engine that never received the new weights would show): the sync is real;
 - ``resume`` (with ``--resumed-from``): the run restarted at the parent's last checkpoint, its first step ran
   under the parent's final interface (Omega) and rho, and the closed-loop history continues the parent's.
 """
@@ -47,11 +48,8 @@ from typing import Any, Optional
 
 SEAL_KEYS = ("seal/step", "seal/weight/mean", "seal/success_rate", "seal/n_trajectories")
 SEAL_PREFIXES = ("seal/prevalence/", "seal/rho/", "seal/cue_active/")
-SYNC_DIFF_MAX = 1e-3
+SYNC_DIFF_MAX = 1e-2      # vLLM samples in bf16, the actor scores in fp32: a trained (peaked) model differs ~2e-3
 SYNC_PEARSON_MIN = 0.9     # Pearson of near-uniform probabilities (a random model) is noisy; the KL test below is not
-#: with moving weights: KL(rollout, actor) after a sync must stay below this share of the actor's KL to the initial
-#: weights (what the rollout would show if it still had the initial weights)
-SYNC_KL_FRACTION = 0.1
 W_TOL = 1e-4
 ADV_TOL = 2e-3
 MIN_NONZERO = 0.25
@@ -325,7 +323,7 @@ def check_cues(run: Run, rep: Report) -> None:
 def check_sync(run: Run, rep: Report, require_moving: bool) -> None:
     problems = [] if run.metrics else ["no training step in metrics.jsonl"]
     worst_diff, worst_pearson, rows = 0.0, 1.0, []
-    prev_kl = None
+    moved = 0
     for i, r in enumerate(run.metrics):
         m = r.get("metrics") or {}
         g = r["global_step"]
@@ -342,22 +340,27 @@ def check_sync(run: Run, rep: Report, require_moving: bool) -> None:
             problems.append(f"step {g}: rollout_actor_probs_pearson_corr {pearson:.4f} < {SYNC_PEARSON_MIN}")
         gn, kl, rkl = m.get("actor/grad_norm"), m.get("actor/kl_loss"), m.get("rollout_corr/k3_kl")
         rows.append((g, gn, kl, rkl))
+        ra, rr, ar = (m.get(f"seal/sync/{x}") for x in ("rollout_vs_actor", "rollout_vs_ref", "actor_vs_ref"))
         if require_moving:
             if not gn or gn <= 0:
                 problems.append(f"step {g}: actor/grad_norm {gn}: the update did not move the weights")
             if not kl or kl <= 0:
                 problems.append(f"step {g}: actor/kl_loss {kl}: the actor did not move away from the reference")
-            if i > 0 and prev_kl and (rkl is None or rkl > prev_kl * SYNC_KL_FRACTION):
-                problems.append(f"step {g}: rollout-vs-actor k3 KL {rkl} is not far below the actor's KL to the initial "
-                                f"weights of the previous step ({prev_kl:.3g}): the rollout may not have the new weights")
-        prev_kl = kl
+            if i > 0 and None not in (ra, rr, ar) and ar > 2 * ra:
+                # the actor has moved beyond the bf16/fp32 noise: the rollout must follow it, not the initial weights
+                moved += 1
+                if not ra < rr:
+                    problems.append(f"step {g}: rollout probabilities are closer to the initial weights ({rr:.2e}) than "
+                                    f"to the actor's ({ra:.2e}): the rollout may not have the new weights")
     fmt = ", ".join(f"g{g}: grad {gn:.2g}, KL(actor||ref) {kl:.2g}, KL(rollout,actor) {rkl:.2g}"
                     for g, gn, kl, rkl in rows if None not in (gn, kl, rkl))
     vacuous = not any((gn or 0) > 0 and (kl or 0) > 0 for _, gn, kl, _ in rows)
+    sync_note = (f"; at {moved} step(s) the actor had moved beyond the numeric noise and the rollout followed it, not "
+                 "the initial weights" if moved else "")
     rep.add("sync", not problems, "; ".join(problems) or
             f"after every weight sync: max mean |p_rollout - p_actor| {worst_diff:.2e}, min Pearson {worst_pearson:.4f} "
-            f"({fmt})" + (" [the weights never moved (all advantages 0): agreement expected, not a proof of the sync]"
-                          if vacuous else ""))
+            f"({fmt})" + sync_note + (" [the weights never moved (all advantages 0): agreement expected, not a proof "
+                                      "of the sync]" if vacuous else ""))
 
 
 def check_resume(run: Run, rep: Report, parent: Run) -> None:

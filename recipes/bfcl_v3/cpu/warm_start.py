@@ -60,12 +60,12 @@ class WarmStartError(RuntimeError):
 # ------------------------------------------------------------------------------------------------ agent loop
 
 
-def _agent_loop_setup(model: str, task_ids: list[str], llm_factory, rollouts: int, out: str):
+def _agent_loop_setup(model: str, task_ids: list[str], llm_factory, rollouts: int, out: str, seal: Optional[dict] = None):
     """verl's AgentLoopWorker in this process over ``task_ids`` (``seal_bfcl`` rows) with the client ``llm``."""
     from seal_verl import dry_run as dr
 
     config = dr.verl_config(model, agent_loop_yaml=AGENT_LOOPS, rollouts=rollouts, prompt_length=PROMPT_LENGTH,
-                            response_length=RESPONSE_LENGTH, seal={},
+                            response_length=RESPONSE_LENGTH, seal=dict(seal or {}),
                             overrides=[f"actor_rollout_ref.rollout.temperature={TEMPERATURE}",
                                        f"actor_rollout_ref.rollout.top_p={TOP_P}"])
     from transformers import AutoTokenizer
@@ -89,9 +89,24 @@ def _run_loop(coro_factory):
         asyncio.set_event_loop(None)
 
 
+#: The two interfaces the rows are rendered under: none (the first RL step, and evaluation) and every cue kind on
+#: (what the closed loop may switch on later). A model that has never seen cue text treats it as noise; seeing the
+#: ground truth under both keeps its calls the same whether or not cues are in the context.
+INTERFACES = {"no cues": {}, "every cue on": {"switches": {"closed_loop": False}}}
+
+
 def render_rows(model: str, task_ids: list[str], out: str) -> list[dict]:
-    """Per task: ``input_ids`` (prompt + response tokens) and ``labels`` (-100 except generated tokens), rendered by
-    the real ``seal_bfcl`` agent loop replaying the ground truth; raises if a ground-truth rollout does not pass."""
+    """Per task and interface (:data:`INTERFACES`): ``input_ids`` (prompt + response tokens) and ``labels`` (-100
+    except generated tokens), rendered by the real ``seal_bfcl`` agent loop replaying the ground truth; raises if a
+    ground-truth rollout does not pass."""
+    rows = []
+    for name, seal in INTERFACES.items():
+        for r in _render_rows(model, task_ids, out, seal):
+            rows.append(dict(r, interface=name))
+    return rows
+
+
+def _render_rows(model: str, task_ids: list[str], out: str, seal: dict) -> list[dict]:
     from env_wrappers.bfcl.tasks import load_tasks
     from seal_verl import dry_run as dr
 
@@ -103,7 +118,7 @@ def render_rows(model: str, task_ids: list[str], out: str) -> list[dict]:
         return dr.ScriptedLLM(tok, tasks, default=lambda t: book.get(t, "pass"))
 
     async def go():
-        worker, batch, tok, llm = _agent_loop_setup(model, task_ids, factory, 1, out)
+        worker, batch, tok, llm = _agent_loop_setup(model, task_ids, factory, 1, out, seal)
         holder["tok"] = tok
         return await worker.generate_sequences(batch)
 
@@ -114,7 +129,7 @@ def render_rows(model: str, task_ids: list[str], out: str) -> list[dict]:
         trace = json.loads(gen.non_tensor_batch["seal_trace"][i])
         score = float(gen.non_tensor_batch["score"][i])
         if score != 1.0:
-            failed.append(f"{trace['task_id']} (labels {gen.non_tensor_batch['seal_labels'][i]})")
+            failed.append(f"{trace['task_id']} (labels {gen.non_tensor_batch['seal_labels'][i]}, interface {seal})")
             continue
         att = gen.batch["attention_mask"][i].bool()
         prompt = gen.batch["prompts"][i][att[:n]].tolist()
@@ -398,7 +413,8 @@ def warm_start(out: str, base: str, split_file: str = DEFAULT_SPLIT, epochs: int
         if info.get("pass_rates"):
             print(format_pass_table(info["pass_rates"]), flush=True)
         return dict(info, out=os.path.abspath(out))
-    print(f"[warm-start] {len(rows)} ground-truth trajectories rendered by the seal_bfcl agent loop: "
+    print(f"[warm-start] {len(rows)} ground-truth trajectories rendered by the seal_bfcl agent loop "
+          f"({len(task_ids)} tasks, {' and '.join(INTERFACES)}): "
           f"{sum(r['trained_tokens'] for r in rows)} trained tokens, "
           f"{min(len(r['input_ids']) for r in rows)}-{max(len(r['input_ids']) for r in rows)} tokens per row", flush=True)
     t1 = time.time()
@@ -416,9 +432,11 @@ def warm_start(out: str, base: str, split_file: str = DEFAULT_SPLIT, epochs: int
     info = {
         "fingerprint": fp, "out": os.path.abspath(out), "base": os.path.abspath(base), "split_file": os.path.abspath(split_file),
         "tasks": task_ids, "params": params, "trainer": "transformers.Trainer",
-        "rows": [{k: r[k] for k in ("task_id", "prompt_tokens", "response_tokens", "trained_tokens")} for r in rows],
+        "rows": [{k: r[k] for k in ("task_id", "interface", "prompt_tokens", "response_tokens", "trained_tokens")}
+                 for r in rows],
         "epochs_run": log[-1]["epoch"], "log": log,
-        "predicted_pass_rates": {t: round(math.exp(-x), 4) for t, x in zip(task_ids, log[-1]["nll"])},
+        "predicted_pass_rates": {f"{r['task_id']} ({r['interface']})": round(math.exp(-x), 4)
+                                 for r, x in zip(rows, log[-1]["nll"])},
         "pass_rates": rates,
         "mean_pass_rate": (sum(r["pass_rate"] for r in rates.values()) / len(rates)) if rates else None,
         "seconds": {"render": round(t1 - t0, 1), "fine_tune": round(t2 - t1, 1), "pass_rate": round(t3 - t2, 1)},
