@@ -20,9 +20,10 @@ What is checked (the variant's switches come from the run's config.json):
   This fails if the weighting was skipped, if weights were applied to the wrong rollouts, or if they were
   applied before the group normalisation. With ``--min-nonzero`` (default 0.25) at least that share of each
   step's rollouts must have a non-zero GRPO advantage (a run with learning signal; 0 for a random model);
-- ``cues``: with the environment side, training rollouts (``seal_bfcl`` loop) carry cue text (the ``[hint]``
-  marker decoded from their tokens) and cue tokens exactly when the interface was active and inserted cues;
-  without it none carries any; validation rollouts (``bfcl`` loop, at least one validation) never carry a cue;
+- ``cues``: training rollouts (``seal_bfcl`` loop) carry cue text (the ``[hint]`` marker decoded from their tokens)
+  and cue tokens exactly when the interface was active and inserted cues, some do at the steps the interface was
+  on, and none does without the environment side; validation rollouts (``bfcl`` loop, at least one validation)
+  never carry a cue;
 - ``sync``: verl's rollout-vs-actor log-prob metrics after each weight sync (``calculate_log_probs=true``):
   ``training/rollout_probs_diff_valid`` 1, ``training/rollout_probs_diff_mean`` <= 1e-2 (bf16 rollout vs fp32
   actor), ``training/rollout_actor_probs_pearson_corr`` >= 0.9; with ``--require-moving-weights`` (a run whose
@@ -304,8 +305,9 @@ def check_cues(run: Run, rep: Report) -> None:
                 problems.append(f"step {k} {row['task_id']}: cue marker in the tokens but 0 cue tokens counted")
             if (cued or row.get("hint_in_text")) and not row.get("interface_active"):
                 problems.append(f"step {k} {row['task_id']}: cue text while the interface was off")
-    if env_side and n_cued == 0:
-        problems.append("environment side on, but no training rollout carried a cue")
+    active_steps = [int(r["global_step"]) for r in run.metrics if r.get("active_during")]
+    if env_side and active_steps and n_cued == 0:
+        problems.append(f"the interface was on at steps {active_steps}, but no training rollout carried a cue")
     n_val = len(run.val)
     if n_val == 0:
         problems.append("no validation rollouts (val_traces.jsonl)")
@@ -316,7 +318,8 @@ def check_cues(run: Run, rep: Report) -> None:
             problems.append(f"validation rollout {row['task_id']} (global step {row['global_step']}) carries cue text")
     vsteps = sorted({int(r["global_step"]) for r in run.val})
     rep.add("cues", not problems, "; ".join(problems[:6]) or
-            f"training: {n_cued}/{n_train} rollouts carried cues ({'env side on' if env_side else 'env side off'}); "
+            f"training: {n_cued}/{n_train} rollouts carried cues ({'env side on' if env_side else 'env side off'}"
+            + (f"; interface on at steps {active_steps}" if env_side else "") + "); "
             f"validation: {n_val} rollouts at global steps {vsteps}, none with cue text")
 
 

@@ -89,47 +89,66 @@ def _run_loop(coro_factory):
         asyncio.set_event_loop(None)
 
 
-#: The two interfaces the rows are rendered under: none (the first RL step, and evaluation) and every cue kind on
-#: (what the closed loop may switch on later). A model that has never seen cue text treats it as noise; seeing the
-#: ground truth under both keeps its calls the same whether or not cues are in the context.
-INTERFACES = {"no cues": {}, "every cue on": {"switches": {"closed_loop": False}}}
-
-
 def render_rows(model: str, task_ids: list[str], out: str) -> list[dict]:
-    """Per task and interface (:data:`INTERFACES`): ``input_ids`` (prompt + response tokens) and ``labels`` (-100
-    except generated tokens), rendered by the real ``seal_bfcl`` agent loop replaying the ground truth; raises if a
-    ground-truth rollout does not pass."""
-    rows = []
-    for name, seal in INTERFACES.items():
-        for r in _render_rows(model, task_ids, out, seal):
-            rows.append(dict(r, interface=name))
-    return rows
+    """Per task: ``input_ids`` (prompt + response tokens) and ``labels`` (-100 except generated tokens), rendered by
+    the real ``seal_bfcl`` agent loop replaying the ground truth under the initial interface (no cue is on before
+    the first RL step); raises if a ground-truth rollout does not pass.
+
+    Only that interface: rows under every subset of the cue kinds (tried, so that cue text would not knock the model
+    off its calls) did not reach a partly right model within the warm start's few minutes."""
+    return _render_rows(model, task_ids, out, [()])
 
 
-def _render_rows(model: str, task_ids: list[str], out: str, seal: dict) -> list[dict]:
+def _render_rows(model: str, task_ids: list[str], out: str, subsets: list[tuple[str, ...]]) -> list[dict]:
     from env_wrappers.bfcl.tasks import load_tasks
     from seal_verl import dry_run as dr
+    from seal_verl.interface import CUE_KINDS, InterfaceConfig, InterfaceState
+    from seal_verl.loop import ClosedLoopState, SealSwitches
+    from seal_verl.verl_glue.agent_loop import set_state_source
+    from seal_verl.weighting import WeightingConfig
 
     tasks = load_tasks(task_ids)
     book = dr.PlanBook("json", 0)
-    holder: dict = {}
+    base = ClosedLoopState.initial(SealSwitches(), InterfaceConfig(), WeightingConfig())
 
     def factory(tok):
         return dr.ScriptedLLM(tok, tasks, default=lambda t: book.get(t, "pass"))
 
     async def go():
-        worker, batch, tok, llm = _agent_loop_setup(model, task_ids, factory, 1, out, seal)
-        holder["tok"] = tok
-        return await worker.generate_sequences(batch)
+        worker, batch, tok, llm = _agent_loop_setup(model, task_ids, factory, 1, out)
+        gens = []
+        try:
+            for subset in subsets:
+                state = ClosedLoopState(step=0, interface=InterfaceState(
+                    active={k: k in subset for k in CUE_KINDS}, streak_below={k: 0 for k in CUE_KINDS}, step=0),
+                    rho=dict(base.rho), base_rho=dict(base.base_rho))
+                set_state_source(state)
+                llm.reset()
+                gens.append((subset, await worker.generate_sequences(batch)))
+        finally:
+            set_state_source(None)
+        return gens
 
-    gen = _run_loop(go)
     rows, failed = [], []
+    for subset, gen in _run_loop(go):
+        rows.extend(_rows_of(gen, subset, failed))
+    if failed:
+        raise WarmStartError(
+            "the ground-truth trajectory of these tasks does not pass under the CPU budgets "
+            f"({os.path.relpath(AGENT_LOOPS)}; prompt {PROMPT_LENGTH}, response {RESPONSE_LENGTH} tokens), so the "
+            f"model cannot learn it: {'; '.join(failed[:4])}. Choose other tasks in the split file.")
+    rows.sort(key=lambda r: (task_ids.index(r["task_id"]), len(r["interface"]), r["interface"]))
+    return rows
+
+
+def _rows_of(gen, subset: tuple, failed: list) -> list[dict]:
+    rows = []
     n = gen.batch["prompts"].shape[1]
     for i in range(len(gen)):
         trace = json.loads(gen.non_tensor_batch["seal_trace"][i])
         score = float(gen.non_tensor_batch["score"][i])
         if score != 1.0:
-            failed.append(f"{trace['task_id']} (labels {gen.non_tensor_batch['seal_labels'][i]}, interface {seal})")
+            failed.append(f"{trace['task_id']} (labels {gen.non_tensor_batch['seal_labels'][i]}, cues {subset})")
             continue
         att = gen.batch["attention_mask"][i].bool()
         prompt = gen.batch["prompts"][i][att[:n]].tolist()
@@ -137,14 +156,9 @@ def _render_rows(model: str, task_ids: list[str], out: str, seal: dict) -> list[
         response = gen.batch["responses"][i][valid].tolist()
         mask = gen.batch["response_mask"][i][valid].tolist()
         labels = [-100] * len(prompt) + [t if m else -100 for t, m in zip(response, mask)]
-        rows.append({"task_id": trace["task_id"], "input_ids": prompt + response, "labels": labels,
-                     "prompt_tokens": len(prompt), "response_tokens": len(response), "trained_tokens": int(sum(mask))})
-    if failed:
-        raise WarmStartError(
-            "the ground-truth trajectory of these tasks does not pass under the CPU budgets "
-            f"({os.path.relpath(AGENT_LOOPS)}; prompt {PROMPT_LENGTH}, response {RESPONSE_LENGTH} tokens), so the "
-            f"model cannot learn it: {'; '.join(failed)}. Choose other tasks in the split file.")
-    rows.sort(key=lambda r: task_ids.index(r["task_id"]))
+        rows.append({"task_id": trace["task_id"], "interface": ",".join(subset) or "none",
+                     "input_ids": prompt + response, "labels": labels, "prompt_tokens": len(prompt),
+                     "response_tokens": len(response), "trained_tokens": int(sum(mask))})
     return rows
 
 
@@ -289,10 +303,32 @@ def fine_tune(base: str, rows: list[dict], out_model: str, max_epochs: int, lr: 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainerCallback, TrainingArguments
 
+    import random
+
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, attn_implementation="sdpa")
     tokenizer = AutoTokenizer.from_pretrained(base)
-    data = [{"input_ids": r["input_ids"], "labels": r["labels"]} for r in rows]
+    by_task: dict[str, list[dict]] = {}
+    for r in rows:
+        by_task.setdefault(r["task_id"], []).append(r)
+    order = list(by_task)
+    # what the stopping rule measures: each task under the first (initial) interface it was rendered under
+    probe = [rs[0] for rs in by_task.values()]
+
+    class OneInterfacePerTask(torch.utils.data.Dataset):
+        """Item i: task i's ground truth under an interface drawn at random (seeded) each time it is read."""
+
+        def __init__(self):
+            self.rng = random.Random(seed)
+
+        def __len__(self):
+            return len(order)
+
+        def __getitem__(self, i):
+            r = self.rng.choice(by_task[order[i]])
+            return {"input_ids": r["input_ids"], "labels": r["labels"]}
+
+    data = OneInterfacePerTask()
 
     def collate(batch):
         # batch size 1: nothing to pad
@@ -303,7 +339,7 @@ def fine_tune(base: str, rows: list[dict], out_model: str, max_epochs: int, lr: 
 
     class StopWhenPartlyRight(TrainerCallback):
         def on_epoch_end(self, args, state, control, model=None, **kw):
-            nll = trajectory_nll(model, rows)
+            nll = trajectory_nll(model, probe)
             predicted = [math.exp(-x) for x in nll]
             mean = sum(predicted) / len(predicted)
             log.append({"epoch": int(round(state.epoch or 0)), "nll": [round(x, 3) for x in nll],
@@ -414,7 +450,7 @@ def warm_start(out: str, base: str, split_file: str = DEFAULT_SPLIT, epochs: int
             print(format_pass_table(info["pass_rates"]), flush=True)
         return dict(info, out=os.path.abspath(out))
     print(f"[warm-start] {len(rows)} ground-truth trajectories rendered by the seal_bfcl agent loop "
-          f"({len(task_ids)} tasks, {' and '.join(INTERFACES)}): "
+          f"(initial interface, no cue): "
           f"{sum(r['trained_tokens'] for r in rows)} trained tokens, "
           f"{min(len(r['input_ids']) for r in rows)}-{max(len(r['input_ids']) for r in rows)} tokens per row", flush=True)
     t1 = time.time()
@@ -422,6 +458,7 @@ def warm_start(out: str, base: str, split_file: str = DEFAULT_SPLIT, epochs: int
         if name in (INFO_FILE, "config.json", "generation_config.json", "model.safetensors"):
             os.remove(os.path.join(out, name))
     log = fine_tune(base, rows, out, epochs, lr, seed, target)
+    probe = [next(r for r in rows if r["task_id"] == t) for t in task_ids]
     t2 = time.time()
     rates = pass_rates(out, task_ids, samples, seed, out) if samples else {}
     t3 = time.time()
@@ -435,8 +472,7 @@ def warm_start(out: str, base: str, split_file: str = DEFAULT_SPLIT, epochs: int
         "rows": [{k: r[k] for k in ("task_id", "interface", "prompt_tokens", "response_tokens", "trained_tokens")}
                  for r in rows],
         "epochs_run": log[-1]["epoch"], "log": log,
-        "predicted_pass_rates": {f"{r['task_id']} ({r['interface']})": round(math.exp(-x), 4)
-                                 for r, x in zip(rows, log[-1]["nll"])},
+        "predicted_pass_rates": {r["task_id"]: round(math.exp(-x), 4) for r, x in zip(probe, log[-1]["nll"])},
         "pass_rates": rates,
         "mean_pass_rate": (sum(r["pass_rate"] for r in rates.values()) / len(rates)) if rates else None,
         "seconds": {"render": round(t1 - t0, 1), "fine_tune": round(t2 - t1, 1), "pass_rate": round(t3 - t2, 1)},
