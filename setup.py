@@ -12,8 +12,10 @@ setup(
     version="0.1.0",
     description="SEAL: verifier-grounded failure diagnosis driving the training interface and GRPO weights, for verl",
     python_requires=">=3.11",
-    packages=find_packages(include=["seal_verl", "seal_verl.*", "env_wrappers", "env_wrappers.*", "reward_fns", "reward_fns.*"]),
-    package_data={"env_wrappers.bfcl": ["data/*.json"]},
+    # env_wrappers.bfcl.data holds data only (the shipped split); listed so that setuptools ships it without warning
+    packages=find_packages(include=["seal_verl", "seal_verl.*", "env_wrappers", "env_wrappers.*", "reward_fns", "reward_fns.*"])
+    + ["env_wrappers.bfcl.data"],
+    package_data={"env_wrappers.bfcl.data": ["*.json"]},
     include_package_data=True,
     install_requires=[
         "jsonschema>=4",
