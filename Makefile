@@ -69,8 +69,9 @@ diagnose-demo: venv
 bench: venv
 	$(PY) bench/bench_verifier.py
 
-bench-learning: cpu-env
-	.venv-cpu-train/bin/python bench/bench_learning.py
+bench-learning: venv cpu-env
+	.venv-cpu-train/bin/python bench/bench_learning.py --steps 6 --no-plot
+	$(PY) bench/bench_learning.py --steps 6 --plot-only
 
 clean:
 	rm -rf $(VENV) .venv-cpu-train .venv-tau2 *.egg-info

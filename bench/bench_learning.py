@@ -1,7 +1,8 @@
 """SEAL vs vanilla GRPO learning curves on CPU, through verl's own launcher.
 
-    .venv-cpu-train/bin/python bench/bench_learning.py [--steps 10] [--out runs/bench_learning] [--variants grpo seal]
-    .venv-cpu-train/bin/python bench/bench_learning.py --plot-only --out runs/bench_learning
+    make bench-learning      # the runs in .venv-cpu-train, the figure with .venv (matplotlib)
+    .venv-cpu-train/bin/python bench/bench_learning.py [--steps 6] [--out runs/bench_learning] [--no-plot]
+    .venv/bin/python bench/bench_learning.py --plot-only --out runs/bench_learning
 
 Runs ``recipes/bfcl_v3/cpu/run_cpu.sh`` once per variant from the same warm-started tiny model (cached under
 ``runs/cpu/models``), with the same seed, tasks, data order, budgets and step count, validating after every step
@@ -153,7 +154,7 @@ def plot(results: dict[str, list[dict]], path: str) -> None:
         ax.set_xlabel("training step")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle("SEAL vs vanilla GRPO on CPU: warm-started tiny Qwen2, 8 BFCL V3 training tasks, verl main_ppo")
+    fig.suptitle("SEAL vs vanilla GRPO on CPU: warm-started tiny Qwen2, the 4 tasks of split_cpu.json, verl main_ppo")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -161,11 +162,13 @@ def plot(results: dict[str, list[dict]], path: str) -> None:
 
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=10, help="training steps per variant (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=6, help="training steps per variant (default: %(default)s)")
     p.add_argument("--out", default=os.path.join(REPO, "runs", "bench_learning"), help="output folder")
     p.add_argument("--variants", nargs="+", default=["grpo", "seal"], help="recipe variants (default: grpo seal)")
     p.add_argument("--force", action="store_true", help="run again even if a finished run is in --out")
     p.add_argument("--plot-only", action="store_true", help="only read the run folders in --out and draw")
+    p.add_argument("--no-plot", action="store_true",
+                   help="skip the PNG (the training venv has no matplotlib: `make bench-learning` draws with .venv)")
     p.add_argument("extra", nargs="*", help="Hydra overrides passed to every run")
     args = p.parse_args(argv)
     if args.steps < 6:
@@ -188,7 +191,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     md = table(results)
     with open(os.path.join(args.out, "learning.md"), "w") as f:
         f.write(md + "\n")
-    plot(results, os.path.join(args.out, "learning.png"))
+    if not args.no_plot:
+        plot(results, os.path.join(args.out, "learning.png"))
     print(md)
     for v, s in summary.items():
         if s is None:
