@@ -136,3 +136,35 @@ def test_real_agent_loop_builds_these_prompt_tokens(backbone, fmt, eos, tmp_path
             _, _, obs = D.rollout_texts(out, tok, i)
             k = min(tasks[tid].missed_functions)
             assert str(tasks[tid].missed_functions[k]) + "\n" + REVEAL_MESSAGE in obs
+
+
+@pytest.mark.parametrize("backbone,fmt", [("qwen2.5", "json"), ("toolace2", "python")])
+def test_eval_prompt_mode_sends_the_loop_prompt(backbone, fmt):
+    """``seal-verl eval --mode prompt`` sends a served model the text verl's validation shows it: for all 800
+    tasks, the system message + first user turn it posts, rendered by the backbone's chat template (as a chat
+    server renders them), equal the agent loop's prompt; and the reveal turn's user message is the loop's."""
+    from env_wrappers.bfcl.env import BFCLEnv
+    from env_wrappers.bfcl.evaluate import prompt_rendering
+    from env_wrappers.bfcl.handler_prompts import reveal_turn
+    from env_wrappers.bfcl.tasks import load_tasks
+
+    tok = tokenizer(backbone)
+    system_prompt, reveal = prompt_rendering(fmt)
+    bad = []
+    for tid, task in load_tasks().items():
+        env = BFCLEnv(task, call_format=fmt)
+        sent = [{"role": "system", "content": system_prompt(task)}] + [dict(m) for m in env.reset()]
+        served = tok.apply_chat_template(sent, add_generation_prompt=True, tokenize=False)
+        if served != _loop_prompt(tok, fmt, task, 0):
+            bad.append((tid, 0))
+        k = reveal_turn(task)
+        if k:
+            loop = _loop_prompt(tok, fmt, task, k)
+            while env.turn < k:
+                sent.append({"role": "assistant", "content": ANSWER})
+                result = env.step(ANSWER)
+                sent.extend(reveal(task, env.turn, [dict(m) for m in result.next_user or []],
+                                   list(result.revealed_tools or [])))
+            if tok.apply_chat_template(sent, add_generation_prompt=True, tokenize=False) != loop:
+                bad.append((tid, k))
+    assert not bad, f"{len(bad)} prompts seal-verl eval sends differ from the agent loop's: {bad[:5]}"

@@ -194,7 +194,8 @@ def prompt_rendering(call_format: str):
     def system_prompt(task: BFCLTask) -> str:
         if call_format == "python":
             return prompts.prompt_mode_system_prompt(prompts.initial_docs(task))
-        return qwen_tool_system_prompt(task.tools(upto_turn=0))
+        # BFCL's own docs, as the agent loop hands them to the chat template's tools= (not OpenAI tool objects)
+        return qwen_tool_system_prompt(prompts.initial_docs(task))
 
     def reveal(task: BFCLTask, turn: int, msgs: list, revealed_tools: list) -> list:
         return prompts.reveal_messages(task, turn, msgs, revealed_tools, call_format)
