@@ -178,8 +178,9 @@ def official_run(model_dir, tmp_path_factory):
         _stop(proc)
         log.close()
     t2 = time.time()
-    ev = subprocess.run([bfcl, "evaluate", "--model", BFCL_MODEL, "--test-category", "multi_turn",
-                         *[f"memory_{b}" for b in MEMORY_BACKENDS], "--partial-eval"],
+    # bfcl evaluate takes its categories as one comma-separated value.
+    categories = ",".join(["multi_turn"] + [f"memory_{b}" for b in MEMORY_BACKENDS])
+    ev = subprocess.run([bfcl, "evaluate", "--model", BFCL_MODEL, "--test-category", categories, "--partial-eval"],
                         env=bfcl_env, cwd=str(root), capture_output=True, text=True, timeout=900)
     t_eval = time.time() - t2
     (root / "evaluate.log").write_text(ev.stdout + ev.stderr)
