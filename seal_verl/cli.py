@@ -6,7 +6,7 @@
     seal-verl dry-run [--out runs/dry] [--steps 6] [--tasks-per-step 4] [--rollouts 4]
     seal-verl eval --base-url URL --model NAME --out DIR [--split eval] [--mode fc|prompt] ...
     seal-verl report RUN_DIR... [--out report] [--names NAME...]
-    seal-verl bfcl-ids [--split eval] [--out FILE]   # restricts `bfcl generate --run-ids` to a split
+    seal-verl bfcl-ids [--split eval | --ids ID...] [--out FILE]  # restricts `bfcl generate --run-ids`
     seal-verl preflight --backbone qwen2.5-7b --model PATH [--data-dir DIR] [--max-prompt-length N]
 
 Subcommands import their environment lazily so ``seal-verl --help`` stays instant. A mistake in the
@@ -97,6 +97,7 @@ def _add_eval_parser(sub) -> None:
     ids = sub.add_parser("bfcl-ids", help="write test_case_ids_to_generate.json for `bfcl generate --run-ids`")
     ids.add_argument("--split", default="eval", choices=["eval", "train", "all"])
     ids.add_argument("--category", nargs="+", metavar="CAT", help="only these categories")
+    ids.add_argument("--ids", nargs="+", metavar="ID", help="only these task ids (instead of --split)")
     ids.add_argument("--out", default=None,
                      help="default: $BFCL_PROJECT_ROOT/test_case_ids_to_generate.json (where bfcl generate reads it)")
     ids.set_defaults(func=lambda a: _env_command("bfcl-ids", a))

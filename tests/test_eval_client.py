@@ -266,3 +266,19 @@ def test_bfcl_id_file_is_read_by_bfcl_generate_loader(tmp_path):
     categories, entries = load_test_entries_from_id_file(path)
     assert sorted(categories) == sorted(CATEGORIES)
     assert sorted(e["id"] for e in entries) == sorted(load_split()["eval"])
+
+
+def test_bfcl_id_file_for_given_ids(tmp_path):
+    """`seal-verl bfcl-ids --ids` restricts bfcl's id file to exactly those tasks (read back with bfcl's loader);
+    an unknown id is one error line and exit status 2."""
+    from bfcl_eval.utils import load_test_entries_from_id_file
+
+    from seal_verl.cli import main
+
+    ids = ["multi_turn_base_100", "multi_turn_miss_func_132", "multi_turn_miss_param_100"]
+    path = tmp_path / "test_case_ids_to_generate.json"
+    assert main(["bfcl-ids", "--ids", *ids, "--out", str(path)]) == 0
+    categories, entries = load_test_entries_from_id_file(path)
+    assert sorted(categories) == ["multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param"]
+    assert sorted(e["id"] for e in entries) == sorted(ids)
+    assert main(["bfcl-ids", "--ids", "multi_turn_base_100000", "--out", str(tmp_path / "x.json")]) == 2

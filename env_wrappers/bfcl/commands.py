@@ -144,12 +144,13 @@ def bfcl_ids_command(args: argparse.Namespace) -> int:
             return 2
         out = os.path.join(root, "test_case_ids_to_generate.json")
     try:
-        ids = bfcl_id_file(args.split, args.category)
+        ids = bfcl_id_file(args.split, args.category, getattr(args, "ids", None))
     except EvalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     atomic_write_text(out, json.dumps(ids, indent=2) + "\n")
-    print(f"wrote {sum(map(len, ids.values()))} task ids ({args.split} split) to {out}")
+    source = "given ids" if getattr(args, "ids", None) else f"{args.split} split"
+    print(f"wrote {sum(map(len, ids.values()))} task ids ({source}) to {out}")
     return 0
 
 

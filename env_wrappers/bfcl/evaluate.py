@@ -168,12 +168,14 @@ def result_path(out: str, model: str, category: str) -> str:
                         f"{version_prefix()}_{category}_result.json")
 
 
-def bfcl_id_file(split: str = "eval", categories: list | None = None) -> dict[str, list[str]]:
-    """The ``test_case_ids_to_generate.json`` content that restricts ``bfcl generate --run-ids`` to a split:
-    ``{category: [ids]}`` for the four multi-turn categories (BFCL skips categories with an empty list)."""
+def bfcl_id_file(split: str = "eval", categories: list | None = None, ids: list | None = None) -> dict[str, list[str]]:
+    """The ``test_case_ids_to_generate.json`` content that restricts ``bfcl generate --run-ids`` to a split (or
+    to the given task ids): ``{category: [ids]}`` for the four multi-turn categories (BFCL skips categories with
+    an empty list)."""
     if split not in SPLITS:
         raise EvalError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
-    cfg = EvalConfig(base_url="http://unused", model="unused", out="", split=split, categories=list(categories or []))
+    cfg = EvalConfig(base_url="http://unused", model="unused", out="", split=split, categories=list(categories or []),
+                     ids=list(ids or []))
     cfg.validate()
     out: dict[str, list[str]] = {c: [] for c in CATEGORIES}
     for t in select_tasks(cfg):
