@@ -4,7 +4,7 @@
 #                      (builds .venv-cpu-train first); VARIANT=grpo|no_env_side|... STEPS=N OUT=DIR FORCE=1
 #   make run-grpo      the same run with SEAL switched off (vanilla GRPO), for a step-by-step comparison
 #   make test-cpu-training  real main_ppo runs on CPU (seal, grpo, resumed) + their checks
-#   make test-cpu-two-nodes one real SEAL step on a two-node Ray cluster started on this machine (~6 min)
+#   make test-cpu-two-nodes one real SEAL step on a two-node Ray cluster started on this machine (~4.5 min)
 #   make dry-run       the closed loop with a scripted policy (no vLLM, no optimizer step)
 #   make diagnose-demo label a demo `bfcl generate` result file and plot it
 #   make bench         the overhead benchmarks;  make bench-learning  SEAL vs GRPO learning curves on CPU

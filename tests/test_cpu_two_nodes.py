@@ -7,7 +7,7 @@ actor to the second node, so the trainer publishes the state to, and the agent l
 another node. The test reads where each actor ran (``placement.json``, from Ray's state API) and runs the same
 run checks (``check_run.py``) with the same arguments as the one-node SEAL step of tests/test_cpu_training.py.
 
-Opt-in, about 6 minutes on 2 cores once the warm-started model is cached (``SEAL_CPU_MODELS``; the first run
+Opt-in, about 4.5 minutes on 2 cores (256 s measured) once the warm-started model is cached (``SEAL_CPU_MODELS``; the first run
 makes it, a few minutes more):
 
     SEAL_CPU_TRAINING=1 pytest -q tests/test_cpu_two_nodes.py         # or: make test-cpu-two-nodes
@@ -35,7 +35,7 @@ SEAL_KINDS = ("state_actor", "agent_loop_worker", "reward_worker")
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(VENV is None, reason="a real two-node CPU training run takes ~6 min: set SEAL_CPU_TRAINING=1 "
+    pytest.mark.skipif(VENV is None, reason="a real two-node CPU training run takes ~4.5 min: set SEAL_CPU_TRAINING=1 "
                        "(uses/builds <repo>/.venv-cpu-train) or SEAL_CPU_TRAIN_VENV=<venv>"),
 ]
 
