@@ -4,6 +4,7 @@
 #                      (builds .venv-cpu-train first); VARIANT=grpo|no_env_side|... STEPS=N OUT=DIR FORCE=1
 #   make run-grpo      the same run with SEAL switched off (vanilla GRPO), for a step-by-step comparison
 #   make test-cpu-training  real main_ppo runs on CPU (seal, grpo, resumed) + their checks
+#   make test-cpu-two-nodes one real SEAL step on a two-node Ray cluster started on this machine (~4.5 min)
 #   make dry-run       the closed loop with a scripted policy (no vLLM, no optimizer step)
 #   make diagnose-demo label a demo `bfcl generate` result file and plot it
 #   make bench         the overhead benchmarks;  make bench-learning  SEAL vs GRPO learning curves on CPU
@@ -22,7 +23,7 @@ TORCH_PIP_ARGS ?=
 VARIANT ?= seal
 STEPS  ?= 4
 
-.PHONY: venv test test-cpu-training run run-grpo cpu-env dry-run diagnose-demo bench bench-learning clean clean-runs
+.PHONY: venv test test-cpu-training test-cpu-two-nodes run run-grpo cpu-env dry-run diagnose-demo bench bench-learning clean clean-runs
 
 $(VENV)/.installed: setup.py Makefile requirements-backbones.txt requirements-backbone-checks.txt
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +47,10 @@ test: venv
 
 test-cpu-training: venv cpu-env
 	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q tests/test_cpu_training.py
+
+# run_two_nodes.sh: head + second node, state actor and rollout/reward workers spread over both, check_run.py
+test-cpu-two-nodes: venv cpu-env
+	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q -s tests/test_cpu_two_nodes.py
 
 cpu-env: .venv-cpu-train/bin/python
 

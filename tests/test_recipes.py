@@ -215,6 +215,10 @@ def test_seal_defaults_and_recipe_values():
         ({"interface": {"colour": "red"}}, "seal.interface"),
         ({"state_actor": {"host": "x"}}, r"seal.state_actor"),
         ({"state_actor": {"detached": "sometimes"}}, "detached"),
+        ({"state_actor": {"resources": ["seal_node_b"]}}, r"seal.state_actor.resources must be a mapping"),
+        ({"state_actor": {"resources": {"seal_node_b": 0}}}, r"seal.state_actor.resources.seal_node_b must be a positive"),
+        ({"state_actor": {"resources": {"seal_node_b": "x"}}}, r"seal.state_actor.resources.seal_node_b"),
+        ({"state_actor": {"resources": {"CPU": 1}}}, "not a custom resource"),
         ({"state_dir": 3}, "state_dir"),
         ({"switches": []}, "must be a mapping"),
     ],
@@ -222,6 +226,13 @@ def test_seal_defaults_and_recipe_values():
 def test_seal_section_rejects_bad_values(section, match):
     with pytest.raises(SealConfigError, match=match):
         parse_seal_config(section)
+
+
+def test_state_actor_resources_from_a_recipe_override():
+    cfg = _recipe("qwen2.5-7b", "seal", ["seal.state_actor.resources={seal_node_b: 0.01}"])
+    parsed = parse_seal_config(cfg.seal)
+    assert parsed.state_actor.resources == {"seal_node_b": 0.01}
+    assert parse_seal_config(_recipe("qwen2.5-7b", "seal", []).seal).state_actor.resources == {}
 
 
 def test_seal_section_errors_surface_through_recipe_overrides():

@@ -8,7 +8,7 @@ Layout (every key optional; defaults come from the SEAL core's dataclasses)::
       interface:   {on_threshold, off_threshold, patience, max_cue_chars, ...}   # seal_verl.interface
       state_dir:   null     # also write the closed-loop state of every step here (JSON, one file per step)
       run_dir:     null     # write the run folder here (driver.RunFolder: state, traces, metrics per step)
-      state_actor: {name: null, namespace: null, detached: false}                # see state_actor.py
+      state_actor: {name: null, namespace: null, detached: false, resources: null}  # see state_actor.py
 
 Unknown keys and bad values are rejected here, at start-up, with the offending key in the message; the
 field-level checks are the core's own ``validate()`` methods. ``check_run_config`` adds the checks that
@@ -29,7 +29,7 @@ SEAL_TRAINER_MODES: dict[str, str] = {"seal": "sync"}
 
 SWITCH_KEYS = ("env_side", "reweighting", "closed_loop")
 TOP_KEYS = ("switches", "weighting", "interface", "state_dir", "run_dir", "state_actor")
-STATE_ACTOR_KEYS = ("name", "namespace", "detached")
+STATE_ACTOR_KEYS = ("name", "namespace", "detached", "resources")
 
 
 class SealConfigError(ValueError):
@@ -72,6 +72,8 @@ class StateActorConfig:
     name: Optional[str] = None
     namespace: Optional[str] = None
     detached: bool = False
+    #: Ray custom resources the actor asks for (name -> amount), to pin it to the nodes that offer them
+    resources: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -195,11 +197,28 @@ def parse_seal_config(node: Any) -> SealConfig:
     sa = dict(sa)
     if sa.get("detached") is not None:
         sa["detached"] = parse_bool(sa["detached"], "seal.state_actor.detached")
+    if sa.get("resources") is not None:
+        sa["resources"] = _parse_resources(sa["resources"], "seal.state_actor.resources")
     state_actor = StateActorConfig(**_no_nones(sa))
     return SealConfig(
         switches=switches, weighting=weighting, interface=interface, state_dir=state_dir, state_actor=state_actor,
         run_dir=run_dir,
     )
+
+
+def _parse_resources(value: Any, where: str) -> dict[str, float]:
+    """A mapping of Ray custom resource names to positive amounts. CPU, GPU and memory are not custom
+    resources (Ray takes them as separate options), so they are refused here rather than by Ray mid-run."""
+    if not isinstance(value, dict):
+        raise SealConfigError(f"{where} must be a mapping of resource name to amount, got {value!r}")
+    out = {}
+    for name, amount in value.items():
+        if not isinstance(name, str) or not name or name in ("CPU", "GPU", "memory", "object_store_memory"):
+            raise SealConfigError(f"{where}: {name!r} is not a custom resource name")
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not amount > 0:
+            raise SealConfigError(f"{where}.{name} must be a positive number, got {amount!r}")
+        out[name] = float(amount)
+    return out
 
 
 def _get(node: Any, dotted: str, default: Any = None) -> Any:

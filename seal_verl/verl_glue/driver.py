@@ -321,7 +321,8 @@ class SealDriver:
         self.global_step = 0
         self._records: list = []
         self.published_version: Optional[int] = None
-        self._publisher = state_actor.StatePublisher(*actor) if actor is not None else None
+        placement = getattr(getattr(cfg, "state_actor", None), "resources", None)
+        self._publisher = state_actor.StatePublisher(*actor, resources=placement) if actor is not None else None
         run_dir = getattr(cfg, "run_dir", None)
         #: the run folder (``seal.run_dir``), or None
         self.run_folder: Optional[RunFolder] = RunFolder(run_dir) if run_dir else None

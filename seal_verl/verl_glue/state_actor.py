@@ -13,7 +13,9 @@ The holder is a small Ray named actor:
 - detached-safe: created with ``get_if_exists``, so an actor left over from an earlier run (``detached``)
   is reused, and the driver always overwrites its content at start-up before any rollout is dispatched
   (``SealDriver.publish`` in ``_load_checkpoint``), so a reader never sees a previous run's state;
-- zero CPUs, so it schedules on any node, also a GPU-only node with every CPU lent out.
+- zero CPUs, so it schedules on any node, also a GPU-only node with every CPU lent out;
+- placeable: ``seal.state_actor.resources`` names Ray custom resources it asks for, so a cluster that labels
+  a node with one (``ray start --resources``) keeps the actor there.
 
 The payload is a JSON-like dict ``{"format": 1, "global_step": int, "run_id": str, "switches": {...},
 "state": ClosedLoopState.to_dict()}``. This module imports neither verl nor the SEAL core, so it can run in
@@ -104,8 +106,11 @@ def actor_coordinates(config: Any) -> tuple[str, Optional[str], bool]:
     return str(name), (str(namespace) if namespace else None), detached
 
 
-def get_or_create_state_actor(name: str, namespace: Optional[str] = None, detached: bool = False):
-    """Return the handle of the named holder, creating it if needed. Requires ``ray.init`` to have run."""
+def get_or_create_state_actor(name: str, namespace: Optional[str] = None, detached: bool = False,
+                              resources: Optional[dict] = None):
+    """Return the handle of the named holder, creating it if needed. Requires ``ray.init`` to have run.
+
+    ``resources`` (Ray custom resources, name -> amount) apply only when the actor is created here."""
     if not ray.is_initialized():
         raise SealStateError("Ray is not initialised; the SEAL state actor lives in the Ray cluster")
     options: dict[str, Any] = {"name": name, "get_if_exists": True}
@@ -113,6 +118,8 @@ def get_or_create_state_actor(name: str, namespace: Optional[str] = None, detach
         options["namespace"] = namespace
     if detached:
         options["lifetime"] = "detached"
+    if resources:
+        options["resources"] = dict(resources)
     return _RemoteHolder.options(**options).remote()
 
 
@@ -137,14 +144,17 @@ class StatePublisher:
     as soon as its owner holds no handle to it any more.
     """
 
-    def __init__(self, name: str, namespace: Optional[str] = None, detached: bool = False):
+    def __init__(self, name: str, namespace: Optional[str] = None, detached: bool = False,
+                 resources: Optional[dict] = None):
         self.name, self.namespace, self.detached = name, namespace, detached
+        self.resources = dict(resources or {})
         self._handle = None
 
     def publish(self, payload: dict) -> int:
         """Store ``payload`` (created on first use); returns the holder's version."""
         if self._handle is None:
-            self._handle = get_or_create_state_actor(self.name, namespace=self.namespace, detached=self.detached)
+            self._handle = get_or_create_state_actor(self.name, namespace=self.namespace, detached=self.detached,
+                                                     resources=self.resources)
         return int(ray.get(self._handle.set.remote(payload)))
 
 

@@ -78,16 +78,9 @@ MODEL="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["model"])
 VAL_ARGS=()
 if [ "$VAL" = train ]; then VAL_ARGS=("data.val_files=$OUT/data/val_train_tasks.parquet"); fi
 
-# 2. the CPU platform (seal_verl/cpu_platform; patches apply only with SEAL_CPU_PLATFORM=1)
-export SEAL_CPU_PLATFORM=1
-export VERL_PLATFORM=cpu
-export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES-seal_verl.cpu_platform.verl_plugin}"
-export VLLM_TARGET_DEVICE=cpu
-export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
-export HF_HUB_OFFLINE=1
-export TOKENIZERS_PARALLELISM=false
-export RAY_DEDUP_LOGS=0
-export PYTHONWARNINGS="${PYTHONWARNINGS:-ignore::UserWarning,ignore::FutureWarning,ignore::DeprecationWarning}"
+# 2. the CPU platform and the environment every process of the run needs (cpu_env.sh)
+# shellcheck source=cpu_env.sh
+source "$HERE/cpu_env.sh"
 
 RESUME_ARGS=(trainer.resume_mode=disable)
 if [ -z "$RESUME_FROM" ]; then
