@@ -237,7 +237,9 @@ def test_ctrl_c_keeps_finished_tasks(tasks, tmp_path):
     ids = [f"multi_turn_base_{i}" for i in range(6)]
     scripts = {"m": {i: to_result(tasks[i], ground_truth_steps(tasks[i]), "fc") for i in ids}}
     with ReplayServer(scripts, _first_user(tasks, ids)) as srv:
-        srv.delay_s = 0.3
+        # ~1 s per request: the whole run takes tens of seconds, so on a loaded machine the interrupt still comes
+        # while tasks remain (at 0.3 s a busy 2-core machine once finished all six before the signal arrived)
+        srv.delay_s = 1.0
         out = tmp_path / "run"
         p = _cli(["--base-url", srv.url, "--model", "m", "--out", str(out), "--ids", *ids, "--concurrency", "1",
                   "--no-progress"])
