@@ -237,12 +237,13 @@ def test_ctrl_c_keeps_finished_tasks(tasks, tmp_path):
     ids = [f"multi_turn_base_{i}" for i in range(6)]
     scripts = {"m": {i: to_result(tasks[i], ground_truth_steps(tasks[i]), "fc") for i in ids}}
     with ReplayServer(scripts, _first_user(tasks, ids)) as srv:
-        # ~1 s per request: the whole run takes tens of seconds, so on a loaded machine the interrupt still comes
-        # while tasks remain (at 0.3 s a busy 2-core machine once finished all six before the signal arrived)
-        srv.delay_s = 1.0
+        srv.delay_s = 0.3
         out = tmp_path / "run"
+        # Ctrl-C as a terminal delivers it: the child gets Python's own SIGINT handling even when the test run was
+        # started with SIGINT ignored (a background job of a shell without job control): an ignored signal is
+        # inherited across exec, and the child then ran to the end and exited 0
         p = _cli(["--base-url", srv.url, "--model", "m", "--out", str(out), "--ids", *ids, "--concurrency", "1",
-                  "--no-progress"])
+                  "--no-progress"], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         path = result_path(str(out), "m", "multi_turn_base")
         deadline = time.time() + 120
         while time.time() < deadline and not (os.path.exists(path) and open(path).read().count("\n") >= 1):
