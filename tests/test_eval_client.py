@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from env_wrappers.bfcl.tasks import CATEGORIES, load_split, load_tasks
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _replay_server import ReplayServer  # noqa: E402
+from _served import free_port  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -204,12 +204,6 @@ def test_retries_then_resume(tasks, tmp_path):
             run_eval(_cfg(srv.url, "m", tmp_path, "python", ids))
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _cli(args, **kw):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.Popen([sys.executable, "-m", "seal_verl.cli", "eval", *args], cwd=ROOT, env=env,
@@ -217,7 +211,7 @@ def _cli(args, **kw):
 
 
 def test_clear_errors(tasks, tmp_path):
-    port = _free_port()
+    port = free_port()
     p = _cli(["--base-url", f"http://127.0.0.1:{port}/v1", "--model", "m", "--out", str(tmp_path / "a"),
               "--retries", "0", "--ids", "multi_turn_base_0"])
     _, err = p.communicate(timeout=120)

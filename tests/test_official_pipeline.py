@@ -26,15 +26,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 from _cpu_venv import cpu_train_venv
+from _served import checkpoint, vllm_server
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -72,26 +70,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
                        reason=f"no bfcl command in {BFCL_VENV}: build it with `make bfcl-official-env`")]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _stop(proc) -> None:
-    """End the server's whole process group (the API server and its engine process)."""
-    for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, None)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def _offline_env(**extra) -> dict:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                HF_HUB_DISABLE_TELEMETRY="1", DO_NOT_TRACK="1")
@@ -104,19 +82,7 @@ def _offline_env(**extra) -> dict:
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    """The checkpoint to serve: ``SEAL_EVAL_MODEL_DIR``, else the CPU training run's warm-started model."""
-    explicit = os.environ.get("SEAL_EVAL_MODEL_DIR")
-    if explicit:
-        if not os.path.exists(os.path.join(explicit, "config.json")):
-            pytest.fail(f"SEAL_EVAL_MODEL_DIR={explicit}: no config.json there (not a saved checkpoint)")
-        return os.path.abspath(explicit)
-    run = str(tmp_path_factory.mktemp("served") / "run")
-    models = os.environ.get("SEAL_CPU_MODELS") or os.path.join(REPO, "runs", "cpu", "models")
-    subprocess.run([os.path.join(VENV, "bin", "python"), os.path.join(CPU_DIR, "prepare_run.py"), run,
-                    "--models-dir", models, "--max-model-len", str(MAX_MODEL_LEN)],
-                   check=True, env=dict(os.environ, PYTHONPATH=REPO), cwd=REPO, timeout=1800)
-    with open(os.path.join(run, "prepare.json")) as f:
-        return json.load(f)["model"]
+    return checkpoint(VENV, tmp_path_factory, MAX_MODEL_LEN)
 
 
 @pytest.fixture(scope="module")
@@ -125,30 +91,11 @@ def official_run(model_dir, tmp_path_factory):
     project root, the timings and the network log."""
     root = tmp_path_factory.mktemp("bfcl_official")
     net_log = root / "network_outside_loopback.jsonl"
-    port = _free_port()
     server_log = root / "server.log"
-    # bfcl's local handler names the model by --local-model-path: serve the checkpoint under that name.
-    cmd = [os.path.join(VENV, "bin", "python"), "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-           "--served-model-name", model_dir, "--host", "127.0.0.1", "--port", str(port),
-           "--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager", "--seed", "0", "--dtype", "bfloat16"]
-    log = open(server_log, "w")
     t0 = time.time()
-    proc = subprocess.Popen(cmd, env=_offline_env(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="1"), cwd=REPO,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.time() + 600
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"vllm server exited {proc.returncode}: {server_log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as r:
-                    if model_dir in r.read().decode():
-                        break
-            except OSError:
-                pass
-            if time.time() > deadline:
-                raise RuntimeError(f"vllm server not up after 600 s: {server_log.read_text()[-3000:]}")
-            time.sleep(2)
+    # bfcl's local handler names the model by --local-model-path: serve the checkpoint under that name.
+    with vllm_server(VENV, model_dir, model_dir, server_log, MAX_MODEL_LEN,
+                     _offline_env(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="1")) as (_, port):
         t_up = time.time() - t0
 
         # The id file, in bfcl's format: the multi-turn tasks from seal-verl, the memory entries added by name
@@ -174,9 +121,6 @@ def official_run(model_dir, tmp_path_factory):
         t_gen = time.time() - t1
         (root / "generate.log").write_text(gen.stdout + gen.stderr)
         assert gen.returncode == 0, (gen.stdout + gen.stderr)[-3000:]
-    finally:
-        _stop(proc)
-        log.close()
     t2 = time.time()
     # bfcl evaluate takes its categories as one comma-separated value.
     categories = ",".join(["multi_turn"] + [f"memory_{b}" for b in MEMORY_BACKENDS])
