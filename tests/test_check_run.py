@@ -43,7 +43,7 @@ def _grpo(rewards):
     return [(r - m) / (s + 1e-6) for r in rewards]
 
 
-def _write_run(tmp_path, mutate=None, groups=GROUPS):
+def _write_run(tmp_path, mutate=None, groups=GROUPS, active=()):
     from seal_verl.profile import TrajectoryRecord, trajectory_profile
     from seal_verl.verl_glue.config import parse_seal_config
     from seal_verl.verl_glue.driver import SealDriver, step_row, trace_row
@@ -66,7 +66,7 @@ def _write_run(tmp_path, mutate=None, groups=GROUPS):
         for i, (reward, labels, abst) in enumerate(members):
             extras = {"seal_labels": json.dumps(labels), "seal_abstention": json.dumps(abst), "score": reward,
                       "acc": reward, "seal_category": "multi_turn_base"}
-            fields = {"seal_trace": json.dumps({"task_id": f"t_{uid}", "meta": {"interface_active": []}}),
+            fields = {"seal_trace": json.dumps({"task_id": f"t_{uid}", "meta": {"interface_active": list(active)}}),
                       "task_id": f"t_{uid}", "seal_agent_loop": "seal_bfcl", "seal_cue_tokens": 0}
             rows.append(trace_row(step=1, global_step=1, key=f"{uid}_{i}", uid=uid, reward_extras=extras,
                                   extra_fields=fields, w=ws[i], advantage=used[i], hint_in_text=False,
@@ -107,3 +107,14 @@ def test_no_learning_signal_fails_when_required(tmp_path):
     assert not ok and "no learning signal" in detail
     name, ok, detail = _weights_check(_write_run(tmp_path / "b", groups=flat), min_nonzero=0.0)
     assert ok, detail
+
+
+def test_no_learning_signal_names_the_reward_and_the_cues_on(tmp_path):
+    """A step where every group scored alike says whether all failed or all passed, and under which cue kinds:
+    the first thing to look at when a policy stops passing once the closed loop switches a cue on."""
+    failed = {uid: [(0.0, lab, ab) for _, lab, ab in members] for uid, members in GROUPS.items()}
+    name, ok, detail = _weights_check(_write_run(tmp_path, groups=failed, active=["call_format"]))
+    assert not ok and "mean reward 0.00, cue kinds on: call_format" in detail
+    passed = {uid: [(1.0, ["pass", "pass"], ab) for _, _, ab in members] for uid, members in GROUPS.items()}
+    name, ok, detail = _weights_check(_write_run(tmp_path / "b", groups=passed))
+    assert not ok and "mean reward 1.00, cue kinds on: none" in detail

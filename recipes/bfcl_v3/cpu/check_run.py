@@ -204,6 +204,15 @@ def _grpo_advantages(rewards: list[float], eps: float = 1e-6) -> list[float]:
     return [(r - mean) / (std + eps) for r in rewards]
 
 
+def _flat_groups_reason(rows: list[dict]) -> str:
+    """What a step without learning signal looked like: its mean reward and the cue kinds its rollouts ran under
+    (a policy that fails every rollout once a cue is on reads differently from one that passes them all)."""
+    kept = [r for r in rows if not r.get("excluded")]
+    mean = sum(float(r["reward"]) for r in kept) / max(1, len(kept))
+    kinds = sorted({str(k) for r in kept for k in (r.get("interface_active") or [])})
+    return f"mean reward {mean:.2f}, cue kinds on: {', '.join(kinds) or 'none'}"
+
+
 def check_weights(run: Run, rep: Report, parent: Optional[Run], min_nonzero: float = 0.0) -> None:
     from seal_verl.profile import trajectory_profile
     from seal_verl.weighting import trajectory_weight
@@ -275,7 +284,7 @@ def check_weights(run: Run, rep: Report, parent: Optional[Run], min_nonzero: flo
         n_nonzero += step_nonzero
         if share < min_nonzero:
             problems.append(f"step {k}: {step_nonzero}/{len(rows)} rollouts with a non-zero GRPO advantage "
-                            f"(< {min_nonzero:.0%}: no learning signal)")
+                            f"(< {min_nonzero:.0%}: no learning signal; {_flat_groups_reason(rows)})")
     if reweighting and n_rows and n_not1 == 0:
         problems.append("reweighting is on but every w is 1")
     detail = (f"{n_rows} rollouts; " + (f"{n_not1} with w != 1, every w = clip(sum p*rho_t) of its own labels" if reweighting
