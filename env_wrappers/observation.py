@@ -29,6 +29,9 @@ capability reminders (phi_cap)         first user message; the active capability
 error feedback (phi_err)               appended to the content of the tool result it is about
 =====================================  ==========================================================================
 
+With ``cfg.proactive_cues`` false only error feedback is inserted (the other rows are what comes before the
+agent acts), so a rollout without a failed call observes exactly what the bare environment returns.
+
 Failed attempts that produce no tool result (BFCL drops a malformed ``<tool_call>`` block silently, and
 ends the turn when nothing of a message decodes) are handled so that feedback still arrives without
 changing the protocol:
@@ -148,7 +151,7 @@ class SealObservationWrapper:
         if not cfg.enabled:
             kinds: set[str] = set()
         elif cfg.fixed_all_on:
-            kinds = set(omega.CUE_KINDS)
+            kinds = set(cfg.switchable_kinds())
         else:
             kinds = omega.active_kinds(state)
             unknown = kinds - set(omega.CUE_KINDS)
@@ -191,7 +194,7 @@ class SealObservationWrapper:
     def reset(self) -> list[dict]:
         """The first turn's user messages, with the start-of-task cues appended to the last of them."""
         msgs = self.env.reset()
-        if not self.kinds:
+        if not self.kinds or not self.cfg.proactive_cues:
             return msgs
         cues: list[tuple[str, str]] = []
         if omega.SCHEMA_CONSTRAINTS in self.kinds:
@@ -274,7 +277,7 @@ class SealObservationWrapper:
             cues = _dedupe(self._pending)
             self._pending = []
             revealed = list(getattr(result, "revealed_tools", None) or [])
-            if revealed and omega.SCHEMA_CONSTRAINTS in self.kinds:
+            if revealed and omega.SCHEMA_CONSTRAINTS in self.kinds and self.cfg.proactive_cues:
                 cues.append(("schema", omega.schema_cue(revealed, max_chars=self.max_schema_chars)))
             cues = [(f, t) for f, t in cues if t]
             if cues:

@@ -136,6 +136,13 @@ class InterfaceConfig:
         ema_beta: EMA rate of the prevalence the interface reads, in (0, 1] (1.0 = this step only). An
             addition to the published fields: the closed loop smooths C_t before ``evolve`` and needs a rate
             that belongs to the interface, not to dynamic rho.
+        proactive_cues: true (the default, DESIGN 2.5): cues also come before the agent acts, as blocks in
+            the first user message (schema constraints, call format, capability reminders) and as the
+            schema of functions revealed later. False keeps only the reactive ones, the feedback that
+            follows a failed call (phi_err), so a rollout without a failed call sees exactly the bare
+            environment; the capability kinds, which have no feedback to give, then never switch on. For a
+            policy that cannot read prompt text it has never seen (the CPU overlay's 0.4M-parameter model:
+            ``recipes/bfcl_v3/cpu/probe_cues.py``), not for real backbones.
     """
 
     on_threshold: float = 0.15
@@ -146,6 +153,7 @@ class InterfaceConfig:
     enabled: bool = True
     fixed_all_on: bool = False
     ema_beta: float = 0.5
+    proactive_cues: bool = True
 
     def validate(self) -> "InterfaceConfig":
         """Raise ``ValueError`` naming the offending field; return ``self`` (normalised) on success."""
@@ -175,7 +183,18 @@ class InterfaceConfig:
             raise ValueError(f"ema_beta must be in (0, 1], got {self.ema_beta}")
         self.enabled = bool(self.enabled)
         self.fixed_all_on = bool(self.fixed_all_on)
+        if not isinstance(self.proactive_cues, bool):
+            raise ValueError(f"proactive_cues must be true or false, got {self.proactive_cues!r}")
         return self
+
+    def switchable_kinds(self) -> tuple[str, ...]:
+        """The kinds that can be on under this configuration: none without the environment side; without
+        proactive cues, the kinds that have feedback to give (every family but capability)."""
+        if not self.enabled:
+            return ()
+        if self.proactive_cues:
+            return tuple(CUE_KINDS)
+        return tuple(k for k, v in CUE_KINDS.items() if v.family != CAPABILITY)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict of the fields."""
@@ -240,8 +259,8 @@ def initial_state(cfg: InterfaceConfig) -> InterfaceState:
     Args:
         cfg: the interface configuration.
     """
-    on = bool(cfg.enabled and cfg.fixed_all_on)
-    return InterfaceState(active={k: on for k in CUE_KINDS}, streak_below={k: 0 for k in CUE_KINDS}, step=0)
+    on = set(cfg.switchable_kinds()) if cfg.fixed_all_on else set()
+    return InterfaceState(active={k: k in on for k in CUE_KINDS}, streak_below={k: 0 for k in CUE_KINDS}, step=0)
 
 
 def evolve(state: InterfaceState, prevalence: dict[str, float], cfg: InterfaceConfig) -> InterfaceState:
@@ -259,7 +278,8 @@ def evolve(state: InterfaceState, prevalence: dict[str, float], cfg: InterfaceCo
       a kind flap.
 
     With ``cfg.enabled`` false every kind is off; with ``cfg.fixed_all_on`` every kind is on; in both cases
-    the prevalence is ignored.
+    the prevalence is ignored. A kind outside ``cfg.switchable_kinds()`` (capability kinds without proactive
+    cues) stays off.
 
     Args:
         state: Omega_t.
@@ -275,14 +295,18 @@ def evolve(state: InterfaceState, prevalence: dict[str, float], cfg: InterfaceCo
             raise ValueError(f"unknown prevalence key {key!r}; allowed keys: {', '.join(tx.PROFILE_KEYS)}")
         if not (0.0 <= float(value) <= 1.0):
             raise ValueError(f"prevalence of {key!r} must be in [0, 1], got {value!r}")
+    switchable = set(cfg.switchable_kinds())
     if not cfg.enabled or cfg.fixed_all_on:
-        on = bool(cfg.enabled)
         return InterfaceState(
-            active={k: on for k in CUE_KINDS}, streak_below={k: 0 for k in CUE_KINDS}, step=state.step + 1
+            active={k: k in switchable for k in CUE_KINDS}, streak_below={k: 0 for k in CUE_KINDS},
+            step=state.step + 1,
         )
     active: dict[str, bool] = {}
     streak: dict[str, int] = {}
     for name, kind in CUE_KINDS.items():
+        if name not in switchable:
+            active[name], streak[name] = False, 0
+            continue
         p = float(prevalence.get(kind.trigger, 0.0))
         was_on = bool(state.active.get(name, False))
         below = int(state.streak_below.get(name, 0))

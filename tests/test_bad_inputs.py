@@ -122,7 +122,7 @@ def test_leftover_temp_files_are_removed_by_the_next_save_and_load(tmp_path):
 
 
 @pytest.mark.parametrize("section,key", [("weighting", "dynamic"), ("interface", "enabled"),
-                                         ("interface", "fixed_all_on")])
+                                         ("interface", "fixed_all_on"), ("interface", "proactive_cues")])
 @pytest.mark.parametrize("spelling,value", [("false", False), ("False", False), ("no", False), ("off", False),
                                             ("true", True), ("yes", True), ("on", True)])
 def test_boolean_options_read_yaml_spellings(section, key, spelling, value):
@@ -131,7 +131,8 @@ def test_boolean_options_read_yaml_spellings(section, key, spelling, value):
 
 
 @pytest.mark.parametrize("section,key", [("weighting", "dynamic"), ("interface", "enabled"),
-                                         ("interface", "fixed_all_on"), ("switches", "closed_loop")])
+                                         ("interface", "fixed_all_on"), ("interface", "proactive_cues"),
+                                         ("switches", "closed_loop")])
 @pytest.mark.parametrize("bad", ["maybe", 1, 0, [True], "", None.__class__.__name__])
 def test_boolean_options_reject_other_values(section, key, bad):
     with pytest.raises(SealConfigError) as info:

@@ -116,6 +116,26 @@ def test_disabled_is_always_off():
     assert not any(s.active.values())
 
 
+@pytest.mark.parametrize("fixed_all_on", [False, True])
+def test_without_proactive_cues_capability_kinds_never_switch_on(fixed_all_on):
+    """Capability kinds only add text before the agent acts; with reactive cues only they have nothing to
+    give, so they stay off even when their triggers are at 1, while every other kind still follows its label."""
+    cfg = InterfaceConfig(proactive_cues=False, fixed_all_on=fixed_all_on).validate()
+    reactive = {k for k, v in CUE_KINDS.items() if v.family != "capability"}
+    assert set(cfg.switchable_kinds()) == reactive and reactive == {"call_format", "schema_constraints", "error_recovery"}
+    s = initial_state(cfg)
+    assert active_kinds(s) == (reactive if fixed_all_on else set())
+    for _ in range(3):
+        s = evolve(s, {CUE_KINDS[k].trigger: 1.0 for k in CUE_KINDS}, cfg)
+        assert active_kinds(s) == reactive
+
+
+def test_switchable_kinds_follow_the_switches():
+    assert InterfaceConfig().switchable_kinds() == tuple(CUE_KINDS)
+    assert InterfaceConfig(enabled=False).switchable_kinds() == ()
+    assert InterfaceConfig(enabled=False, proactive_cues=False).switchable_kinds() == ()
+
+
 def test_evolve_rejects_bad_prevalence():
     with pytest.raises(ValueError, match="unknown prevalence key"):
         evolve(initial_state(CFG), {"missing_call": 0.2}, CFG)
@@ -133,6 +153,8 @@ def test_evolve_rejects_bad_prevalence():
         ({"patience": 0}, "patience must be >= 1"),
         ({"max_cue_chars": 49}, "max_cue_chars must be >= 50"),
         ({"ema_beta": 0.0}, "ema_beta"),
+        ({"proactive_cues": "no"}, "proactive_cues must be true or false"),
+        ({"proactive_cues": 0}, "proactive_cues must be true or false"),
     ],
 )
 def test_config_validation(kwargs, match):

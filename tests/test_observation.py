@@ -447,3 +447,52 @@ def test_no_closed_loop_does_not_rank_capability_reminders(tasks):
     b = SealObservationWrapper(BFCLEnv(tasks[BASE]), state(*kinds), omega.InterfaceConfig(),
                                {"missing_tool_call": 0.9})
     assert omega.capability_cue(a.prevalence, set(kinds)) != omega.capability_cue(b.prevalence, set(kinds))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# reactive cues only (proactive_cues false): nothing before the agent acts, feedback after a failed call
+# ----------------------------------------------------------------------------------------------------------
+
+REACTIVE = omega.InterfaceConfig(proactive_cues=False, max_cue_chars=5000).validate()
+
+
+@pytest.mark.parametrize("name", sorted(all_cases()))
+def test_reactive_only_inserts_error_feedback_and_nothing_else(tasks, name):
+    """Every kind on, no proactive cues: each cue is error feedback on a failed call (appended to a tool result
+    or carried to the next user message), the first message is the bare one, and a rollout whose calls all
+    execute observes exactly what the bare environment returns."""
+    tid, turns = all_cases()[name]
+    bare_env = BFCLEnv(tasks[tid])
+    bare = drive(bare_env, turns)
+    w = SealObservationWrapper(BFCLEnv(tasks[tid]), state(*ALL), REACTIVE, {"missing_tool_call": 0.3})
+    wrapped = drive(w, turns)
+    assert wrapped[0] == bare[0]
+    assert w.trace.to_json() == bare_env.trace.to_json()
+    assert w.cue_stats["by_family"]["schema"] == w.cue_stats["by_family"]["capability"] == 0
+    assert w.cue_stats["count"] == w.cue_stats["by_family"]["error"] == len(w.inserted_cues)
+    failed = any(c.parse_status != "ok" or not c.available or c.schema_errors or c.is_error
+                 for turn in bare_env.trace.turns for a in turn.attempts for c in a.calls)
+    if not failed:
+        assert w.inserted_cues == [] and json.dumps(wrapped, sort_keys=True) == json.dumps(bare, sort_keys=True)
+    stripped = json.dumps(wrapped)
+    for cue in sorted(set(w.inserted_cues), key=len, reverse=True):
+        stripped = stripped.replace(json.dumps(cue)[1:-1], "")
+    assert stripped == json.dumps(bare)
+
+
+def test_reactive_only_has_no_reveal_cue_but_keeps_error_feedback(tasks):
+    w = SealObservationWrapper(BFCLEnv(tasks[MISS_FUNC]), state(*ALL), REACTIVE, {})
+    assert w.reset() == BFCLEnv(tasks[MISS_FUNC]).reset()
+    for _ in range(3):
+        r = w.step("ok")
+    assert r.next_user == [{"role": "user", "content": REVEAL_MESSAGE}]
+    r = w.step(block("cd", folder="nope") + "\n" + block("mkdir", dir_name=5, bogus=1))
+    cd, mkdir = r.tool_results
+    assert "[hint] The call to `cd` failed" in cd.content and "`bogus` is not a parameter of `mkdir`" in mkdir.content
+
+
+def test_no_closed_loop_without_proactive_cues_keeps_only_the_kinds_with_feedback(tasks):
+    cfg = omega.InterfaceConfig(fixed_all_on=True, proactive_cues=False).validate()
+    w = SealObservationWrapper(BFCLEnv(tasks[BASE]), state(), cfg, {})
+    assert w.kinds == frozenset(k for k, v in omega.CUE_KINDS.items() if v.family != omega.CAPABILITY)
+    assert w.reset() == BFCLEnv(tasks[BASE]).reset()
