@@ -20,10 +20,11 @@ Three runs, in this order (the warm-started model is made once, cached under ``S
    under the cues the closed loop switched on after step 1.
 
 The warm-started model is partly right, so GRPO groups have reward variance: the weighted advantage is checked with a
-least share of non-zero GRPO advantages per step (``MIN_NONZERO``) on the steps a partly right model plays, the
-first SEAL step and both GRPO steps. Once cues are on, a 0.4M-parameter model that learnt its calls without them
-mostly stops calling tools (the cue text is off its training distribution), so the resumed step is checked for the
-resume and the mechanics, not for learning signal. The sync check runs with ``--require-moving-weights``.
+least share of non-zero GRPO advantages (``MIN_NONZERO``) at every step of every run, the resumed SEAL step included,
+which runs under the cue kinds the closed loop switched on after step 1. The CPU overlay gives the tiny model its cues
+only as feedback on a failed call (``seal.interface.proactive_cues: false``): a 0.4M-parameter model that learnt its
+calls without cue text stops calling tools when a cue block sits in its first prompt, and every step after the first
+then had no learning signal. The sync check runs with ``--require-moving-weights``.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ CHECK = _check_module()
 SPECS = {
     "seal": (STEPS, None, True, MIN_NONZERO),
     "grpo": (GRPO_STEPS, None, True, MIN_NONZERO),
-    "seal_resumed": (STEPS + 1, "seal", True, 0.0),
+    "seal_resumed": (STEPS + 1, "seal", True, MIN_NONZERO),
 }
 
 

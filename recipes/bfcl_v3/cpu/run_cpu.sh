@@ -67,13 +67,20 @@ MODEL_ARGS=(--models-dir "$MODELS")
 if [ -n "${SEAL_CPU_MODEL:-}" ]; then MODEL_ARGS=(--model "$SEAL_CPU_MODEL"); fi
 if [ "$WARM_START" = 0 ]; then MODEL_ARGS+=(--no-warm-start); fi
 echo "[run-cpu] model and data (a warm start that is not cached yet takes a few minutes) ..."
-if ! (cd "$REPO" && "$PY" "$HERE/prepare_run.py" "$OUT" --max-prompt-length 7168 --max-model-len 8192 \
-        "${MODEL_ARGS[@]}") > "$OUT/prepare.log" 2>&1; then
+# The whole output goes to prepare.log; the console gets the warm start's progress as it happens (the first
+# epoch, every 10th, the last one, the pass-rate table) and the data summary.
+set +e
+(cd "$REPO" && PYTHONUNBUFFERED=1 "$PY" "$HERE/prepare_run.py" "$OUT" --max-prompt-length 7168 --max-model-len 8192 \
+    "${MODEL_ARGS[@]}") 2>&1 | tee "$OUT/prepare.log" | awk '
+  /^\[warm-start\] epoch/ { n = $3 + 0; held = $0; if (n == 1 || n % 10 == 0) { print; fflush(); held = "" } next }
+  /^\[warm-start\]|^multi_turn|^mean |^task |^model:/ { if (held != "") print held; held = ""; print; fflush() }'
+PREP_RC=${PIPESTATUS[0]}
+set -e
+if [ "$PREP_RC" != 0 ]; then
   grep -v -E 'Warning|warn\(|^WARNING' "$OUT/prepare.log" | tail -30 >&2
   echo "run-cpu: error: preparing the model and data failed; the whole output is in $OUT/prepare.log" >&2
   exit 1
 fi
-grep -E '^\[warm-start\]|^multi_turn|^mean |^task |^model:' "$OUT/prepare.log" || true
 MODEL="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["model"])' "$OUT/prepare.json")"
 VAL_ARGS=()
 if [ "$VAL" = train ]; then VAL_ARGS=("data.val_files=$OUT/data/val_train_tasks.parquet"); fi
