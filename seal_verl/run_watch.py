@@ -125,7 +125,7 @@ class Watcher:
         self.steps = steps
         self.out = out
         self.seen_steps: set[int] = set()
-        self.val_seen = 0
+        self.val_said: set[int] = set()
         self.phase = "starting"
         self._log_pos = 0
         self.bar = None
@@ -161,24 +161,32 @@ class Watcher:
             self._say(f"[{time.strftime('%H:%M:%S')}] {self.phase}")
             self._last_said_phase = self.phase
 
-    def poll(self) -> None:
+    def poll(self, final: bool = False) -> None:
+        """Print what is new. verl validates after a step's update but logs the step's metrics after the
+        validation, so the validation of step k waits for step k's line (``final``: the run is over, print all)."""
         self._read_log()
+        val = _jsonl(os.path.join(self.run_dir, "val_traces.jsonl"))
+
+        def say_validations(upto: Optional[int]) -> None:
+            steps = sorted({int(r.get("global_step", 0)) for r in val} - self.val_said)
+            for g in steps:
+                if upto is not None and g > upto:
+                    break
+                for line in validation_lines([r for r in val if int(r.get("global_step", 0)) == g]):
+                    self._say(line)
+                self.val_said.add(g)
+
         for row in _jsonl(os.path.join(self.run_dir, "metrics.jsonl")):
             k = int(row.get("global_step", row.get("step", 0)))
             if k in self.seen_steps:
                 continue
+            say_validations(k - 1)
             self.seen_steps.add(k)
             traces = _jsonl(os.path.join(self.run_dir, f"traces_step_{k}.jsonl"))
             self._say(step_line(row, traces, self.steps))
             if self.bar is not None:
                 self.bar.update(1)
-        val = _jsonl(os.path.join(self.run_dir, "val_traces.jsonl"))
-        if len(val) > self.val_seen:
-            done = [r for r in val if int(r.get("global_step", 0)) in
-                    {int(x.get("global_step", 0)) for x in val[self.val_seen:]}]
-            for line in validation_lines(done):
-                self._say(line)
-            self.val_seen = len(val)
+        say_validations(None if final else max(self.seen_steps, default=0))
 
     def close(self) -> None:
         if self.bar is not None:
@@ -193,7 +201,7 @@ def watch(run_dir: str, log: Optional[str] = None, steps: Optional[int] = None, 
         while _alive(pid):
             w.poll()
             time.sleep(interval)
-        w.poll()
+        w.poll(final=True)
     except KeyboardInterrupt:
         pass
     finally:

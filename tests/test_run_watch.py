@@ -1,0 +1,85 @@
+"""The console of a training run (seal_verl/run_watch.py): one line per step, the validation after its step, and
+files still being written are read without error."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+import pytest
+
+from seal_verl.run_watch import Watcher, step_line, validation_lines
+
+
+def _write(path, rows, torn: str = ""):
+    with open(path, "a", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+        f.write(torn)
+
+
+def _metrics(k, **kw):
+    row = {"global_step": k, "prevalence": {"pass": 0.55, "correct_abstention": 0.2, "invalid_tool_call": 0.23},
+           "active_during": ["call_format"] if k > 1 else [], "w_min": 1.0, "w_max": 1.5, "seconds": 88.4}
+    row.update(kw)
+    return row
+
+
+def _traces(rewards, advantages):
+    return [{"reward": r, "grpo_advantage": a, "excluded": False} for r, a in zip(rewards, advantages)]
+
+
+def _val(k, scores):
+    return [{"global_step": k, "task_id": f"multi_turn_{cat}_1", "score": s} for cat, s in scores.items()]
+
+
+@pytest.mark.parametrize("rewards,advantages,share", [
+    ([1, 0, 1, 0], [0.87, -0.87, 0.87, -0.87], "100%"),
+    ([1, 1, 0, 0], [0.0, 0.0, 0.87, -0.87], "50%"),
+    ([0, 0, 0, 0], [0.0, 0.0, 0.0, 0.0], "0%"),
+])
+def test_step_line(rewards, advantages, share):
+    line = step_line(_metrics(2), _traces(rewards, advantages), total=4)
+    mean = sum(rewards) / len(rewards)
+    assert line.startswith(f"step 2/4  reward {mean:.2f}  pass {mean:.2f}  adv!=0 {share}  ")
+    assert "labels ok .55 abst .20 inv .23" in line and "cues fmt" in line and "w 1.00-1.50" in line
+    assert line.endswith("88 s")
+
+
+def test_validation_lines_per_category():
+    (line,) = validation_lines(_val(4, {"base": 0.5, "miss_func": 1.0, "miss_param": 1.0}))
+    assert line == "validation at step 4 (greedy, no cues, 3 tasks): mean 0.83  base 0.50  miss_func 1.00  miss_param 1.00"
+
+
+def test_validation_of_a_step_comes_after_its_step_line(tmp_path):
+    """verl writes step k's validation before step k's metrics: the console still reads step, then validation."""
+    run = str(tmp_path)
+    out = io.StringIO()
+    w = Watcher(run, None, 2, out=out, progress=False)
+    _write(os.path.join(run, "val_traces.jsonl"), _val(0, {"base": 1.0}))
+    w.poll()
+    assert out.getvalue().splitlines() == ["validation at step 0 (greedy, no cues, 1 tasks): mean 1.00  base 1.00"]
+    # step 1 validated, its metrics row not written yet: nothing new
+    _write(os.path.join(run, "val_traces.jsonl"), _val(1, {"base": 0.5}))
+    _write(os.path.join(run, "traces_step_1.jsonl"), _traces([1, 0], [0.7, -0.7]))
+    w.poll()
+    assert len(out.getvalue().splitlines()) == 1
+    # a metrics row still being written is not read
+    _write(os.path.join(run, "metrics.jsonl"), [], torn='{"global_step": 1, "prev')
+    w.poll()
+    assert len(out.getvalue().splitlines()) == 1
+    with open(os.path.join(run, "metrics.jsonl"), "w", encoding="utf-8") as f:
+        f.write(json.dumps(_metrics(1)) + "\n")
+    w.poll()
+    lines = out.getvalue().splitlines()
+    assert [x.split("  ")[0] for x in lines] == ["validation at step 0 (greedy, no cues, 1 tasks): mean 1.00",
+                                                 "step 1/2", "validation at step 1 (greedy, no cues, 1 tasks): mean 0.50"]
+    # the last validation of a run that ended without its metrics row is printed at the end
+    _write(os.path.join(run, "val_traces.jsonl"), _val(2, {"base": 1.0}))
+    w.poll()
+    assert len(out.getvalue().splitlines()) == 3
+    w.poll(final=True)
+    assert out.getvalue().splitlines()[-1].startswith("validation at step 2 ")
+    w.poll(final=True)
+    assert len(out.getvalue().splitlines()) == 4
