@@ -75,8 +75,8 @@ bench: venv
 	$(PY) bench/bench_verifier.py
 
 bench-learning: venv cpu-env
-	.venv-cpu-train/bin/python bench/bench_learning.py --steps 6 --no-plot
-	$(PY) bench/bench_learning.py --steps 6 --plot-only
+	.venv-cpu-train/bin/python bench/bench_learning.py --steps 8 --no-plot
+	$(PY) bench/bench_learning.py --steps 8 --plot-only
 
 clean:
 	rm -rf $(VENV) .venv-cpu-train .venv-tau2 $(BFCL_VENV) *.egg-info

@@ -1,7 +1,7 @@
 """SEAL vs vanilla GRPO learning curves on CPU, through verl's own launcher.
 
     make bench-learning      # the runs in .venv-cpu-train, the figure with .venv (matplotlib)
-    .venv-cpu-train/bin/python bench/bench_learning.py [--steps 6] [--out runs/bench_learning] [--no-plot]
+    .venv-cpu-train/bin/python bench/bench_learning.py [--steps 8] [--out runs/bench_learning] [--no-plot]
     .venv/bin/python bench/bench_learning.py --plot-only --out runs/bench_learning
 
 Runs ``recipes/bfcl_v3/cpu/run_cpu.sh`` once per variant from the same warm-started tiny model (cached under
@@ -11,8 +11,8 @@ Runs ``recipes/bfcl_v3/cpu/run_cpu.sh`` once per variant from the same warm-star
 - ``learning.json``: per variant and step: mean training reward and its spread, pass rate, validation accuracy
   per category and their mean, label prevalence, cue kinds on, mean |advantage|, mean SEAL weight;
 - ``learning.md``: the same as a table;
-- ``learning.png``: training reward, validation accuracy, mean |advantage| and two label rates per step, both
-  variants in each panel.
+- ``learning.png``: training reward, validation accuracy, mean |advantage|, the two most frequent failure labels,
+  the policy's entropy and its KL to the initial model per step, both variants in each panel.
 
 It prints, per variant, whether the training reward rose: the mean of the last three steps minus the mean of the
 first three, next to the spread of the per-step means (their standard deviation over the run): a rise well
@@ -86,6 +86,8 @@ def curves(run_dir: str) -> list[dict]:
             "cues": row.get("active_during") or [],
             "abs_advantage": statistics.fmean(adv) if adv else None,
             "w_mean": row.get("w_mean"),
+            "entropy": (row.get("metrics") or {}).get("actor/entropy"),
+            "kl_to_start": (row.get("metrics") or {}).get("actor/kl_loss"),
             "seconds": row.get("seconds"),
         })
     first_val = val_by_step.get(0)
@@ -125,8 +127,16 @@ def plot(results: dict[str, list[dict]], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    fig, axes = plt.subplots(2, 3, figsize=(16, 8))
     colors = {"seal": "tab:blue", "grpo": "tab:orange"}
+    # the two failure labels most frequent over all runs (the toy's mix moves between a few labels)
+    totals = defaultdict(float)
+    for rows in results.values():
+        for x in rows:
+            for z, v in x["prevalence"].items():
+                if z not in ("pass", "correct_abstention"):
+                    totals[z] += v
+    shown = [z for z, _ in sorted(totals.items(), key=lambda kv: -kv[1])[:2]] or ["invalid_tool_call"]
     for name, rows in results.items():
         c = colors.get(name)
         steps = [x["step"] for x in rows]
@@ -142,13 +152,21 @@ def plot(results: dict[str, list[dict]], path: str) -> None:
             vs = [(0, statistics.fmean(before.values()))] + vs
         if vs:
             ax.plot([s for s, _ in vs], [v for _, v in vs], marker="o", color=c, label=name)
-        ax = axes[1][0]
+        ax = axes[0][2]
         ax.plot(steps, [x["abs_advantage"] for x in rows], marker="o", color=c, label=name)
-        ax = axes[1][1]
-        for z, style in (("argument_mismatch", "-"), ("missing_tool_call", "--"), ("spurious_tool_call", ":")):
-            ax.plot(steps, [x["prevalence"][z] for x in rows], style, color=c, label=f"{name}: {z}")
+        ax = axes[1][0]
+        for z, style in zip(shown, ("-", "--")):
+            ax.plot(steps, [x["prevalence"][z] for x in rows], style, marker="o", color=c, label=f"{name}: {z}")
+        for ax, key in ((axes[1][1], "entropy"), (axes[1][2], "kl_to_start")):
+            pts = [(x["step"], x.get(key)) for x in rows if x.get(key) is not None]
+            if pts:
+                ax.plot([a for a, _ in pts], [b for _, b in pts], marker="o", color=c, label=name)
+    for ax in (axes[0][0], axes[0][1]):
+        ax.set_ylim(-0.02, 1.05)
+    axes[1][0].set_ylim(bottom=0)
     titles = ("training reward (mean over rollouts, +- s.e.)", "validation accuracy (greedy, no cues; step 0 = before)",
-              "mean |advantage| on response tokens", "label prevalence (share of labelled turns)")
+              "mean |advantage| on response tokens", "failure labels (share of labelled turns)",
+              "policy entropy per response token", "KL(actor || initial model), verl's kl_loss")
     for ax, title in zip([a for row in axes for a in row], titles):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("training step")
@@ -162,7 +180,7 @@ def plot(results: dict[str, list[dict]], path: str) -> None:
 
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=6, help="training steps per variant (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=8, help="training steps per variant (default: %(default)s)")
     p.add_argument("--out", default=os.path.join(REPO, "runs", "bench_learning"), help="output folder")
     p.add_argument("--variants", nargs="+", default=["grpo", "seal"], help="recipe variants (default: grpo seal)")
     p.add_argument("--force", action="store_true", help="run again even if a finished run is in --out")
