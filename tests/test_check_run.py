@@ -118,3 +118,49 @@ def test_no_learning_signal_names_the_reward_and_the_cues_on(tmp_path):
     passed = {uid: [(1.0, ["pass", "pass"], ab) for _, _, ab in members] for uid, members in GROUPS.items()}
     name, ok, detail = _weights_check(_write_run(tmp_path / "b", groups=passed))
     assert not ok and "mean reward 1.00, cue kinds on: none" in detail
+
+
+# ---- the sync check: did the update move the weights, and did the rollout follow them? ----
+
+def _sync_row(step, grad=0.37, kl=1.7e-5, actor_vs_ref=None, rollout_vs_actor=1.9e-3, rollout_vs_ref=None):
+    actor_vs_ref = 0.0 if actor_vs_ref is None and step == 1 else (2.7e-3 if actor_vs_ref is None else actor_vs_ref)
+    rollout_vs_ref = rollout_vs_actor + actor_vs_ref if rollout_vs_ref is None else rollout_vs_ref
+    return {"global_step": step, "metrics": {
+        "training/rollout_probs_diff_valid": 1, "training/rollout_probs_diff_mean": 2e-3,
+        "training/rollout_actor_probs_pearson_corr": 0.99, "rollout_corr/k3_kl": 1e-4,
+        "actor/grad_norm": grad, "actor/kl_loss": kl, "seal/sync/actor_vs_ref": actor_vs_ref,
+        "seal/sync/rollout_vs_actor": rollout_vs_actor, "seal/sync/rollout_vs_ref": rollout_vs_ref}}
+
+
+def _sync_check(rows, require_moving=True):
+    from types import SimpleNamespace
+    rep = CHECK.Report()
+    CHECK.check_sync(SimpleNamespace(metrics=rows), rep, require_moving)
+    return rep.items[0]
+
+
+@pytest.mark.parametrize("rows, ok, says", [
+    # a real one-step run: grad 0.37, and the KL after the first mini-batch's step scored exactly 0 in bf16
+    ([_sync_row(1, kl=0.0)], True, "after every weight sync"),
+    ([_sync_row(1), _sync_row(2, kl=4.9e-4)], True, "after every weight sync"),
+    # the update computed no gradient, or a non-finite one (verl skips that optimizer step)
+    ([_sync_row(1, grad=0.0)], False, "actor/grad_norm 0.0"),
+    ([_sync_row(1, grad=float("nan"))], False, "actor/grad_norm nan"),
+    ([_sync_row(1), _sync_row(2, grad=float("inf"))], False, "actor/grad_norm inf"),
+    # a second step whose actor is still the reference: step 1's update was lost
+    ([_sync_row(1), _sync_row(2, kl=0.0)], False, "step 2: actor/kl_loss 0.0"),
+    ([_sync_row(1), _sync_row(2, actor_vs_ref=0.0)], False, "step 2: seal/sync/actor_vs_ref 0.0"),
+    # the actor moved, the rollout kept the initial weights
+    ([_sync_row(1), _sync_row(2, actor_vs_ref=2e-2, rollout_vs_actor=6e-3, rollout_vs_ref=1.9e-3)], False,
+     "closer to the initial weights"),
+])
+def test_sync_requires_moving_weights_from_the_step_where_they_can_be_seen(rows, ok, says):
+    name, passed, detail = _sync_check(rows)
+    assert name == "sync" and passed is ok, detail
+    assert says in detail
+
+
+def test_sync_without_moving_weights_only_checks_the_agreement():
+    name, passed, detail = _sync_check([_sync_row(1, grad=0.0, kl=0.0)], require_moving=False)
+    assert passed, detail
+    assert "the weights never moved" in detail

@@ -27,7 +27,9 @@ What is checked (the variant's switches come from the run's config.json):
 - ``sync``: verl's rollout-vs-actor log-prob metrics after each weight sync (``calculate_log_probs=true``):
   ``training/rollout_probs_diff_valid`` 1, ``training/rollout_probs_diff_mean`` <= 1e-2 (bf16 rollout vs fp32
   actor), ``training/rollout_actor_probs_pearson_corr`` >= 0.9; with ``--require-moving-weights`` (a run whose
-  weights move) also ``actor/grad_norm`` > 0, ``actor/kl_loss`` > 0 and, from the second step on, wherever the
+  weights move) also a finite ``actor/grad_norm`` > 0 at every step; from global step 2 on ``actor/kl_loss`` > 0
+  and ``seal/sync/actor_vs_ref`` > 0 (at step 1 verl's KL follows at most one optimizer step on bf16 scores and
+  can be exactly 0 after a real update); and, from the second step on, wherever the
   actor has moved away from its initial weights beyond the numeric noise (``seal/sync/actor_vs_ref`` > 2 x
   ``seal/sync/rollout_vs_actor``), the rollout's token probabilities closer to the actor's than to the initial
   weights' (what a rollout engine that never received the new weights would show): the sync is real;
@@ -351,13 +353,19 @@ def check_sync(run: Run, rep: Report, require_moving: bool) -> None:
         if pearson < SYNC_PEARSON_MIN:
             problems.append(f"step {g}: rollout_actor_probs_pearson_corr {pearson:.4f} < {SYNC_PEARSON_MIN}")
         gn, kl, rkl = m.get("actor/grad_norm"), m.get("actor/kl_loss"), m.get("rollout_corr/k3_kl")
-        rows.append((g, gn, kl, rkl))
         ra, rr, ar = (m.get(f"seal/sync/{x}") for x in ("rollout_vs_actor", "rollout_vs_ref", "actor_vs_ref"))
+        rows.append((g, gn, kl, rkl))
         if require_moving:
-            if not gn or gn <= 0:
+            if gn is None or not math.isfinite(gn) or gn <= 0:
                 problems.append(f"step {g}: actor/grad_norm {gn}: the update did not move the weights")
-            if not kl or kl <= 0:
+            # At global step 1 the actor equals the reference until the first mini-batch's update, so verl's
+            # kl_loss there is the KL after at most one optimizer step, on tokens scored in bf16: a real update
+            # can leave it exactly 0. From step 2 on the actor starts the step away from the reference.
+            if g > 1 and (not kl or kl <= 0):
                 problems.append(f"step {g}: actor/kl_loss {kl}: the actor did not move away from the reference")
+            if g > 1 and ar is not None and ar <= 0:
+                problems.append(f"step {g}: seal/sync/actor_vs_ref {ar}: the actor starts the step at the "
+                                "reference's weights, so earlier updates were lost")
             if i > 0 and None not in (ra, rr, ar) and ar > 2 * ra:
                 # the actor has moved beyond the bf16/fp32 noise: the rollout must follow it, not the initial weights
                 moved += 1
@@ -366,7 +374,7 @@ def check_sync(run: Run, rep: Report, require_moving: bool) -> None:
                                     f"to the actor's ({ra:.2e}): the rollout may not have the new weights")
     fmt = ", ".join(f"g{g}: grad {gn:.2g}, KL(actor||ref) {kl:.2g}, KL(rollout,actor) {rkl:.2g}"
                     for g, gn, kl, rkl in rows if None not in (gn, kl, rkl))
-    vacuous = not any((gn or 0) > 0 and (kl or 0) > 0 for _, gn, kl, _ in rows)
+    vacuous = not any(gn is not None and math.isfinite(gn) and gn > 0 for _, gn, _, _ in rows)
     sync_note = (f"; at {moved} step(s) the actor had moved beyond the numeric noise and the rollout followed it, not "
                  "the initial weights" if moved else "")
     rep.add("sync", not problems, "; ".join(problems) or
