@@ -29,7 +29,8 @@ from typing import Optional
 #: log line pattern -> phase shown next to the progress bar (the last one seen wins)
 PHASES = (
     (re.compile(r"Started a local Ray instance|Connected to Ray cluster"), "Ray started"),
-    (re.compile(r"vLLMHttpServer"), "starting the vLLM server"),
+    # the server's own start-up line; every later line of that actor (weight loads, warnings) also names it
+    (re.compile(r"vLLMHttpServer, replica_rank"), "starting the vLLM server"),
     (re.compile(r"Initializing a V1 LLM engine"), "loading the model into vLLM"),
     (re.compile(r"all initialize finished, ready to fit"), "workers ready"),
     (re.compile(r"update_weights done"), "weights synced to vLLM"),

@@ -83,3 +83,30 @@ def test_validation_of_a_step_comes_after_its_step_line(tmp_path):
     assert out.getvalue().splitlines()[-1].startswith("validation at step 2 ")
     w.poll(final=True)
     assert len(out.getvalue().splitlines()) == 4
+
+
+# verl's start-up and first step, as its console prints them (colour codes included), shortened
+LOG = """\x1b[36m(TaskRunnerV1 pid=11)\x1b[0m 2026-01-01 10:00:00,000\tINFO worker.py:2029 -- Started a local Ray instance.
+\x1b[36m(vLLMHttpServer pid=12)\x1b[0m INFO:2026-01-01 10:00:05,000:vLLMHttpServer, replica_rank: 0, node_rank: 0
+\x1b[36m(vLLMHttpServer pid=12)\x1b[0m INFO:2026-01-01 10:00:09,000:Initializing a V1 LLM engine with config: model='m'
+\x1b[36m(TaskRunnerV1 pid=11)\x1b[0m INFO:2026-01-01 10:00:10,000:all initialize finished, ready to fit
+\x1b[36m(WorkerDict pid=13)\x1b[0m INFO:2026-01-01 10:00:11,000:update_weights done, time cost: 1.11s
+\x1b[36m(vLLMHttpServer pid=12)\x1b[0m (Worker pid=14) WARNING 01-01 10:00:11 [utils.py:333] Attempted to load weight
+\x1b[36m(TaskRunnerV1 pid=11)\x1b[0m ("Initial validation metrics: {'val-aux/multi_turn_base/reward/mean@1': "
+\x1b[36m(WorkerDict pid=13)\x1b[0m INFO:2026-01-01 10:01:00,000:update_weights done, time cost: 0.03s
+\x1b[36m(vLLMHttpServer pid=12)\x1b[0m (Worker pid=14) WARNING 01-01 10:01:00 [utils.py:333] Attempted to load weight
+"""
+
+
+def test_phases_follow_the_run_and_never_go_back_to_the_server_start(tmp_path):
+    """Every log line of the vLLM server's actor names it; only its start-up line means 'starting the server'."""
+    log = tmp_path / "main_ppo.log"
+    out = io.StringIO()
+    w = Watcher(str(tmp_path), str(log), 2, out=out, progress=False)
+    for line in LOG.splitlines(keepends=True):  # the log grows a line at a time
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(line)
+        w.poll()
+    phases = [x.split("] ", 1)[1] for x in out.getvalue().splitlines()]
+    assert phases == ["Ray started", "starting the vLLM server", "loading the model into vLLM", "workers ready",
+                      "weights synced to vLLM", "validation", "weights synced to vLLM"]
