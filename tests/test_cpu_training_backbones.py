@@ -82,6 +82,9 @@ def test_one_seal_step_on_the_real_vocabulary(group, tmp_path):
            # one sequence per micro-batch: the logits of a 128k-152k vocabulary over 6k tokens are ~3.7 GB in
            # fp32, and the overlay's 12288 tokens per micro-batch ran a 24 GB machine out of memory
            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=6144",
+           # 2 tasks x 2 rollouts, one update: the token path is the same at any size, and the update over a
+           # 128k-152k vocabulary is what this step spends its time on
+           "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
            "trainer.total_training_steps=1", "trainer.val_before_train=false", "trainer.test_freq=-1",
            f"trainer.default_local_dir={out}/checkpoints", "trainer.save_freq=-1",
            f"seal.run_dir={out}", f"hydra.run.dir={out}/hydra", "trainer.resume_mode=disable"]
