@@ -25,9 +25,9 @@ What is checked (the variant's switches come from the run's config.json):
   on, and none does without the environment side; validation rollouts (``bfcl`` loop, at least one validation)
   never carry a cue;
 - ``sync``: verl's rollout-vs-actor log-prob metrics after each weight sync (``calculate_log_probs=true``):
-  ``training/rollout_probs_diff_valid`` 1, ``training/rollout_probs_diff_mean`` <= 1e-2 (bf16 rollout vs fp32
-  actor), ``training/rollout_actor_probs_pearson_corr`` >= 0.9; with ``--require-moving-weights`` (a run whose
-  weights move) also a finite ``actor/grad_norm`` > 0 at every step; from global step 2 on ``actor/kl_loss`` > 0
+  ``training/rollout_probs_diff_valid`` 1, ``training/rollout_probs_diff_mean`` <= 1e-2 (vLLM's bf16 kernels vs
+  the actor's bf16 autocast over fp32 weights), ``training/rollout_actor_probs_pearson_corr`` >= 0.9; with
+  ``--require-moving-weights`` (a run whose weights move) also a finite ``actor/grad_norm`` > 0 at every step; from global step 2 on ``actor/kl_loss`` > 0
   and ``seal/sync/actor_vs_ref`` > 0 (at step 1 verl's KL follows at most one optimizer step on bf16 scores and
   can be exactly 0 after a real update); and, from the second step on, wherever the
   actor has moved away from its initial weights beyond the numeric noise (``seal/sync/actor_vs_ref`` > 2 x
@@ -51,7 +51,7 @@ from typing import Any, Optional
 
 SEAL_KEYS = ("seal/step", "seal/weight/mean", "seal/success_rate", "seal/n_trajectories")
 SEAL_PREFIXES = ("seal/prevalence/", "seal/rho/", "seal/cue_active/")
-SYNC_DIFF_MAX = 1e-2      # vLLM samples in bf16, the actor scores in fp32: a trained (peaked) model differs ~2e-3
+SYNC_DIFF_MAX = 1e-2      # vLLM's bf16 kernels vs FSDP's bf16 autocast: a trained (peaked) model differs ~2e-3
 SYNC_PEARSON_MIN = 0.9     # Pearson of near-uniform probabilities (a random model) is noisy; the KL test below is not
 W_TOL = 1e-4
 ADV_TOL = 2e-3
@@ -367,7 +367,7 @@ def check_sync(run: Run, rep: Report, require_moving: bool) -> None:
                 problems.append(f"step {g}: seal/sync/actor_vs_ref {ar}: the actor starts the step at the "
                                 "reference's weights, so earlier updates were lost")
             if i > 0 and None not in (ra, rr, ar) and ar > 2 * ra:
-                # the actor has moved beyond the bf16/fp32 noise: the rollout must follow it, not the initial weights
+                # the actor has moved beyond the bf16 kernel noise: the rollout must follow it, not the initial weights
                 moved += 1
                 if not ra < rr:
                     problems.append(f"step {g}: rollout probabilities are closer to the initial weights ({rr:.2e}) than "
