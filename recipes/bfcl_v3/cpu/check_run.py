@@ -25,11 +25,11 @@ What is checked (the variant's switches come from the run's config.json):
   on, and none does without the environment side; validation rollouts (``bfcl`` loop, at least one validation)
   never carry a cue;
 - ``sync``: verl's rollout-vs-actor log-prob metrics after each weight sync (``calculate_log_probs=true``):
-  ``training/rollout_probs_diff_valid`` 1, ``training/rollout_probs_diff_mean`` <= 1e-2 (vLLM's bf16 kernels vs
-  the actor's bf16 autocast over fp32 weights), ``training/rollout_actor_probs_pearson_corr`` >= 0.9; with
-  ``--require-moving-weights`` (a run whose weights move) also a finite ``actor/grad_norm`` > 0 at every step; from global step 2 on ``actor/kl_loss`` > 0
-  and ``seal/sync/actor_vs_ref`` > 0 (at step 1 verl's KL follows at most one optimizer step on bf16 scores and
-  can be exactly 0 after a real update); and, from the second step on, wherever the
+  ``training/rollout_probs_diff_valid`` 1, ``training/rollout_probs_diff_mean`` <= 1e-2 (vLLM's bf16 kernels vs the
+  actor's bf16 autocast over fp32 weights), ``training/rollout_actor_probs_pearson_corr`` >= 0.9; with
+  ``--require-moving-weights`` (a run whose weights move) also a finite ``actor/grad_norm`` > 0 at every step; from
+  global step 2 on ``actor/kl_loss`` > 0 and ``seal/sync/actor_vs_ref`` > 0 (at step 1 verl's KL follows at most one
+  optimizer step on bf16 scores and can be exactly 0 after a real update); and, from the second step on, wherever the
   actor has moved away from its initial weights beyond the numeric noise (``seal/sync/actor_vs_ref`` > 2 x
   ``seal/sync/rollout_vs_actor``), the rollout's token probabilities closer to the actor's than to the initial
   weights' (what a rollout engine that never received the new weights would show): the sync is real;
