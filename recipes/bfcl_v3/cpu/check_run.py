@@ -334,6 +334,11 @@ def check_cues(run: Run, rep: Report) -> None:
             f"validation: {n_val} rollouts at global steps {vsteps}, none with cue text")
 
 
+def _real_gradient(grad_norm) -> bool:
+    """A gradient the optimizer applied: verl skips the step on a non-finite norm, and 0 moves nothing."""
+    return grad_norm is not None and math.isfinite(grad_norm) and grad_norm > 0
+
+
 def check_sync(run: Run, rep: Report, require_moving: bool) -> None:
     problems = [] if run.metrics else ["no training step in metrics.jsonl"]
     worst_diff, worst_pearson, rows = 0.0, 1.0, []
@@ -353,10 +358,10 @@ def check_sync(run: Run, rep: Report, require_moving: bool) -> None:
         if pearson < SYNC_PEARSON_MIN:
             problems.append(f"step {g}: rollout_actor_probs_pearson_corr {pearson:.4f} < {SYNC_PEARSON_MIN}")
         gn, kl, rkl = m.get("actor/grad_norm"), m.get("actor/kl_loss"), m.get("rollout_corr/k3_kl")
-        ra, rr, ar = (m.get(f"seal/sync/{x}") for x in ("rollout_vs_actor", "rollout_vs_ref", "actor_vs_ref"))
         rows.append((g, gn, kl, rkl))
+        ra, rr, ar = (m.get(f"seal/sync/{x}") for x in ("rollout_vs_actor", "rollout_vs_ref", "actor_vs_ref"))
         if require_moving:
-            if gn is None or not math.isfinite(gn) or gn <= 0:
+            if not _real_gradient(gn):
                 problems.append(f"step {g}: actor/grad_norm {gn}: the update did not move the weights")
             # At global step 1 the actor equals the reference until the first mini-batch's update, so verl's
             # kl_loss there is the KL after at most one optimizer step, on tokens scored in bf16: a real update
@@ -374,7 +379,7 @@ def check_sync(run: Run, rep: Report, require_moving: bool) -> None:
                                     f"to the actor's ({ra:.2e}): the rollout may not have the new weights")
     fmt = ", ".join(f"g{g}: grad {gn:.2g}, KL(actor||ref) {kl:.2g}, KL(rollout,actor) {rkl:.2g}"
                     for g, gn, kl, rkl in rows if None not in (gn, kl, rkl))
-    vacuous = not any(gn is not None and math.isfinite(gn) and gn > 0 for _, gn, _, _ in rows)
+    vacuous = not any(_real_gradient(gn) for _, gn, _, _ in rows)
     sync_note = (f"; at {moved} step(s) the actor had moved beyond the numeric noise and the rollout followed it, not "
                  "the initial weights" if moved else "")
     rep.add("sync", not problems, "; ".join(problems) or
