@@ -434,6 +434,8 @@ def test_malformed_answers_are_inference_errors_of_their_task(tasks, tmp_path):
     lines = [json.loads(x) for x in open(result_path(str(tmp_path), "m", "multi_turn_base"))]
     assert [e["id"] for e in lines] == ids
     assert all(e["result"].startswith("Error during inference: ") for e in lines), lines
+    causes = ["nested too deep", "connection lost", "lone surrogate", "not valid UTF-8", "not JSON"]
+    assert all(c in e["result"] for c, e in zip(causes, lines)), lines  # each task failed at its own answer
     assert s.n_errors == 5 and s.n_missing == 0
     assert _labels(tmp_path)[ids[3]]["error_type"] == "multi_turn:inference_error"
 

@@ -514,13 +514,11 @@ def run_eval(cfg: EvalConfig, client: ChatClient | None = None, log: Callable[[s
                 task = jobs.get_nowait()
             except queue.Empty:
                 return
-            try:
-                result = play(task)
-                if result is None:
-                    return
-                write(task, result)
-            finally:
-                finished.put(task.id)
+            result = play(task)
+            if result is None:
+                return
+            write(task, result)
+            finished.put(task.id)
 
     threads = [threading.Thread(target=worker, daemon=True, name=f"bfcl-eval-{i}")
                for i in range(min(cfg.concurrency, max(1, len(todo))))]
