@@ -89,8 +89,10 @@ def _add_eval_parser(sub) -> None:
     ev.add_argument("--temperature", type=float, default=0.0)
     ev.add_argument("--max-tokens", type=int, default=None, help="max_tokens per request (default: the server's)")
     ev.add_argument("--api-key", default=None, help="bearer token (default: $OPENAI_API_KEY, if set)")
-    ev.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for one answer")
-    ev.add_argument("--retries", type=int, default=4, help="retries on connection errors, 429 and 5xx")
+    ev.add_argument("--timeout", type=float, default=600.0,
+                    help="seconds one request may take in all (connect, headers and body), > 0")
+    ev.add_argument("--retries", type=int, default=4,
+                    help="retries on transport errors (connection, timeout, cut or malformed answer), 429 and 5xx")
     ev.add_argument("--no-progress", action="store_true", help="no progress bar")
     ev.set_defaults(func=lambda a: _env_command("eval", a))
 

@@ -105,3 +105,92 @@ class ReplayServer:
             finish = "stop"
         return 200, {"id": "replay", "object": "chat.completion", "model": model,
                      "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+
+
+class RawServer:
+    """A hostile HTTP server on 127.0.0.1 speaking raw bytes, for the client's failure paths (not a test module).
+
+    ``behaviours`` is a list of callables ``(send, path) -> None``, one per connection in order (the last one
+    is reused): ``send(bytes)`` writes to the client, ``path`` is the request's path. The connection is closed
+    when the callable returns. ``stop`` is set on exit, so a behaviour that trickles or waits must watch it.
+    Every loop here is bounded by ``stop`` and by the client closing the connection.
+    """
+
+    def __init__(self, behaviours: list):
+        import socket
+
+        self.behaviours = list(behaviours)
+        self.connections = 0
+        self.stop = threading.Event()
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self._sock.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}/v1"
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self._thread.join(timeout=10)
+        self._sock.close()
+
+    def _serve(self) -> None:
+        import socket
+
+        while not self.stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            behaviour = self.behaviours[min(self.connections, len(self.behaviours) - 1)]
+            self.connections += 1
+            threading.Thread(target=self._handle, args=(conn, behaviour), daemon=True).start()
+
+    def _handle(self, conn, behaviour) -> None:
+        conn.settimeout(5.0)
+        try:
+            head = b""
+            while b"\r\n\r\n" not in head and len(head) < 1 << 20:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                head += chunk
+            header, _, rest = head.partition(b"\r\n\r\n")
+            lines = header.decode("latin-1").split("\r\n")
+            path = lines[0].split(" ")[1] if len(lines[0].split(" ")) > 1 else "/"
+            length = next((int(x.split(":", 1)[1]) for x in lines[1:] if x.lower().startswith("content-length:")), 0)
+            while len(rest) < length:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                rest += chunk
+            behaviour(conn.sendall, path)
+        except OSError:
+            pass
+        finally:
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+
+def http_answer(body: bytes, status: str = "200 OK", length: int | None = None) -> bytes:
+    """A complete HTTP/1.1 answer (``length`` overrides the Content-Length header, to cut a body short)."""
+    n = len(body) if length is None else length
+    return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {n}\r\n"
+            "Connection: close\r\n\r\n").encode() + body
+
+
+def chat_body(content_json: str = '"Done."', model: str = "m") -> bytes:
+    """A chat-completions answer whose message content is the raw JSON text ``content_json``."""
+    return ('{"id": "x", "object": "chat.completion", "model": "%s", "choices": [{"index": 0, "message": '
+            '{"role": "assistant", "content": %s}, "finish_reason": "stop"}]}' % (model, content_json)).encode()
+
+
+def models_body(*models: str) -> bytes:
+    return json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in models]}).encode()

@@ -24,12 +24,13 @@ import pytest
 
 from env_wrappers.bfcl.evaluate import EvalConfig, EvalError, result_path, run_eval
 from env_wrappers.bfcl.examples import examples
+from env_wrappers.bfcl.openai_http import ChatClient, ServerError
 from env_wrappers.bfcl.judge import judge_result
 from env_wrappers.bfcl.perturb import KINDS, ground_truth_steps, perturb, to_result
 from env_wrappers.bfcl.tasks import CATEGORIES, load_split, load_tasks
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _replay_server import ReplayServer  # noqa: E402
+from _replay_server import RawServer, ReplayServer, chat_body, http_answer, models_body  # noqa: E402
 from _served import free_port  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -279,3 +280,263 @@ def test_bfcl_id_file_for_given_ids(tmp_path):
     assert sorted(categories) == ["multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param"]
     assert sorted(e["id"] for e in entries) == sorted(ids)
     assert main(["bfcl-ids", "--ids", "multi_turn_base_100000", "--out", str(tmp_path / "x.json")]) == 2
+
+
+# ------------------------------------------------------------------------------------------ hostile servers
+
+def _trickle(body: bytes, every_s: float = 0.5):
+    """A behaviour that sends the headers at once, then the body one byte per ``every_s`` (until stopped)."""
+    def run(send, path):
+        send(http_answer(body)[:-len(body)])
+        for i in range(len(body)):
+            send(body[i:i + 1])
+            time.sleep(every_s)
+    return run
+
+
+def _call_bounded(fn, limit_s=60.0):
+    """Run ``fn()`` in a thread; returns (returned or raised, seconds) or fails the test if it is still running."""
+    import threading
+
+    box = {}
+
+    def target():
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+            box["value"] = exc
+
+    th = threading.Thread(target=target, daemon=True)
+    t0 = time.monotonic()
+    th.start()
+    th.join(timeout=limit_s)
+    assert not th.is_alive(), f"still waiting after {limit_s} s"
+    return box["value"], time.monotonic() - t0
+
+
+def test_trickling_answer_hits_the_whole_request_deadline():
+    """--timeout bounds the whole request, not each socket read: a body sent one byte at a time (and headers
+    sent one byte at a time) end at the deadline and are retried as timeouts."""
+    body = chat_body('"' + "x" * 200 + '"')
+    head = http_answer(body)[:-len(body)]
+
+    def slow_head(send, path):
+        for i in range(len(head)):
+            send(head[i:i + 1])
+            time.sleep(0.5)
+
+    for behaviour in (_trickle(body), slow_head):
+        with RawServer([behaviour]) as srv:
+            client = ChatClient(srv.url, timeout_s=2, retries=1, sleep=lambda s: None)
+            got, took = _call_bounded(lambda: client.chat({"model": "m", "messages": []}), limit_s=40)
+            assert isinstance(got, ServerError) and "no answer within 2 s" in str(got), got
+            assert took < 30 and srv.connections == 2  # retried once, each attempt cut at its deadline
+
+
+def test_answer_over_the_size_limit_is_an_error():
+    big = chat_body('"' + "x" * 300_000 + '"')
+    for length in (None, 10**12):  # an honest Content-Length, and one that announces too much
+        with RawServer([lambda send, path, b=big, n=length: send(http_answer(b, length=n))]) as srv:
+            client = ChatClient(srv.url, timeout_s=20, retries=0, max_body_bytes=100_000)
+            got, _ = _call_bounded(lambda: client.chat({"model": "m", "messages": []}))
+            assert isinstance(got, ServerError) and "larger than" in str(got), got
+        small = ChatClient("http://127.0.0.1:1/v1", max_body_bytes=100_000)
+        assert small.max_body_bytes == 100_000
+
+
+def test_every_transport_error_is_retried():
+    """A body cut short (IncompleteRead), a bad status line, a connection closed without an answer and a reset
+    are all retried; the fifth attempt's answer is returned."""
+    good = chat_body('"fine"')
+
+    def cut(send, path):
+        send(http_answer(good, length=len(good) + 50)[:-5])
+
+    def bad_status(send, path):
+        send(b"HTTP/1.1 abc nonsense\r\n\r\n")
+
+    def silent(send, path):
+        pass
+
+    def garbage(send, path):
+        send(b"\x00\xff" * 100)
+
+    with RawServer([cut, bad_status, silent, garbage, lambda send, path: send(http_answer(good))]) as srv:
+        client = ChatClient(srv.url, timeout_s=20, retries=4, sleep=lambda s: None)
+        got, _ = _call_bounded(lambda: client.chat({"model": "m", "messages": []}))
+        assert isinstance(got, dict) and got["content"] == "fine", got
+        assert client.stats["retries"] == 4 and srv.connections == 5
+    with RawServer([cut]) as srv:  # keeps failing: one line, after every retry
+        client = ChatClient(srv.url, timeout_s=20, retries=2, sleep=lambda s: None)
+        got, _ = _call_bounded(lambda: client.chat({"model": "m", "messages": []}))
+        assert isinstance(got, ServerError) and "gave up after 3 attempt(s)" in str(got) and srv.connections == 3
+
+
+def _error_lines(err):
+    assert "Traceback" not in err, err[-3000:]
+    return [x for x in err.splitlines() if x.startswith("error:")]
+
+
+def test_models_answer_nested_or_cut_is_one_error_line(tmp_path):
+    nested = b"[" * 10_000 + b"]" * 10_000
+    cut = models_body("m")
+
+    for name, behaviour, expected in (
+            ("nested", lambda send, path: send(http_answer(nested)), "/models: answer is not JSON"),
+            ("cut", lambda send, path: send(http_answer(cut, length=len(cut) + 20)), "connection lost")):
+        with RawServer([behaviour]) as srv:
+            p = _cli(["--base-url", srv.url, "--model", "m", "--out", str(tmp_path / name), "--retries", "1",
+                      "--timeout", "20", "--ids", "multi_turn_base_0", "--no-progress"])
+            _, err = p.communicate(timeout=120)
+            assert p.returncode == 2, err[-2000:]
+            lines = _error_lines(err)
+            assert len(lines) == 1 and expected in lines[0], (name, lines)
+
+
+def test_ctrl_c_while_waiting_on_models(tmp_path):
+    import threading
+
+    done = threading.Event()
+
+    def never(send, path):
+        done.wait(60)
+
+    with RawServer([never]) as srv:
+        p = _cli(["--base-url", srv.url, "--model", "m", "--out", str(tmp_path / "o"), "--ids", "multi_turn_base_0",
+                  "--no-progress"], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        deadline = time.time() + 120
+        while time.time() < deadline and srv.connections == 0:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        done.set()
+    assert p.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "interrupted" in err
+
+
+def test_malformed_answers_are_inference_errors_of_their_task(tasks, tmp_path):
+    """A cut, nested, lone-surrogate or invalid-UTF-8 answer is an inference error of that task only: every
+    requested task is in the result file."""
+    ids = [f"multi_turn_base_{i}" for i in range(5)]
+    nested = b'{"choices": [{"message": {"role": "assistant", "content": ' + b"[" * 5000 + b"]" * 5000 + b"}}]}"
+    surrogate = chat_body('"a \\ud800 b"')
+    bad_utf8 = chat_body('"BAD"').replace(b"BAD", b"\xff\xfe")
+    cut = chat_body('"cut"')
+    answers = [lambda send, path: send(http_answer(models_body("m"))),
+               lambda send, path: send(http_answer(nested)),
+               lambda send, path: send(http_answer(cut, length=len(cut) + 9)),
+               lambda send, path: send(http_answer(surrogate)),
+               lambda send, path: send(http_answer(bad_utf8)),
+               lambda send, path: send(http_answer(b"not json"))]
+    with RawServer(answers) as srv:
+        s = run_eval(_cfg(srv.url, "m", tmp_path, "fc", ids, retries=0, concurrency=1))
+    lines = [json.loads(x) for x in open(result_path(str(tmp_path), "m", "multi_turn_base"))]
+    assert [e["id"] for e in lines] == ids
+    assert all(e["result"].startswith("Error during inference: ") for e in lines), lines
+    causes = ["nested too deep", "connection lost", "lone surrogate", "not valid UTF-8", "not JSON"]
+    assert all(c in e["result"] for c, e in zip(causes, lines)), lines  # each task failed at its own answer
+    assert s.n_errors == 5 and s.n_missing == 0
+    assert _labels(tmp_path)[ids[3]]["error_type"] == "multi_turn:inference_error"
+
+
+def _main(args, capsys):
+    from seal_verl.cli import main
+
+    try:
+        rc = main(["eval", *args])
+    except SystemExit as exc:  # argparse
+        rc = exc.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_lone_surrogate_loses_no_task_and_the_final_line_counts(tasks, tmp_path, capsys):
+    """A lone surrogate in an answer used to kill the worker thread in ResultStore.append: the command
+    exited 0, said the results were written, and two of three tasks were missing."""
+    ids = ["multi_turn_base_0", "multi_turn_base_1", "multi_turn_base_2"]
+    scripts = {"m": {i: to_result(tasks[i], ground_truth_steps(tasks[i]), "fc") for i in ids}}
+    scripts["m"][ids[0]][0] = ["bad \ud800 text"]  # the first answer of the first task
+    with ReplayServer(scripts, _first_user(tasks, ids)) as srv:
+        rc, out, err = _main(["--base-url", srv.url, "--model", "m", "--out", str(tmp_path), "--ids", *ids,
+                              "--concurrency", "1", "--retries", "0", "--no-progress"], capsys)
+    assert rc == 0, err
+    lines = [json.loads(x) for x in open(result_path(str(tmp_path), "m", "multi_turn_base"))]
+    assert [e["id"] for e in lines] == ids
+    assert lines[0]["result"].startswith("Error during inference: ") and "surrogate" in lines[0]["result"]
+    assert "results for 3 of 3 task(s)" in out.splitlines()[-1], out
+
+
+def test_a_task_that_cannot_be_written_is_reported_missing(tasks, tmp_path, capsys, monkeypatch):
+    """A worker-side failure drops no queued task; a task that cannot be written at all is named, the final
+    line counts the tasks written, and the exit status is 3."""
+    from env_wrappers.bfcl import evaluate
+
+    ids = ["multi_turn_base_0", "multi_turn_base_1", "multi_turn_base_2"]
+    scripts = {"m": {i: to_result(tasks[i], ground_truth_steps(tasks[i]), "fc") for i in ids}}
+    real_append = evaluate.ResultStore.append
+
+    def append(self, task, result):
+        if task.id == ids[0]:
+            raise RuntimeError("cannot serialise (on purpose)")
+        return real_append(self, task, result)
+
+    monkeypatch.setattr(evaluate.ResultStore, "append", append)
+    with ReplayServer(scripts, _first_user(tasks, ids)) as srv:
+        rc, out, err = _main(["--base-url", srv.url, "--model", "m", "--out", str(tmp_path), "--ids", *ids,
+                              "--concurrency", "1", "--no-progress"], capsys)
+    assert rc == 3, (out, err)
+    assert [json.loads(x)["id"] for x in open(result_path(str(tmp_path), "m", "multi_turn_base"))] == ids[1:]
+    assert "results for 2 of 3 task(s)" in out, out
+    lines = _error_lines(err)
+    assert len(lines) == 1 and ids[0] in lines[0] and "missing" in lines[0], err
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--base-url", "ftp://127.0.0.1/v1"], "--base-url"),
+    (["--base-url", "http:///v1"], "--base-url"),
+    (["--timeout", "-1"], "--timeout"),
+    (["--timeout", "nan"], "--timeout"),
+    (["--timeout", "inf"], "--timeout"),
+    (["--temperature", "nan"], "--temperature"),
+    (["--temperature", "-0.5"], "--temperature"),
+    (["--concurrency", "0"], "--concurrency"),
+    (["--retries", "-1"], "--retries"),
+    (["--max-tokens", "0"], "--max-tokens"),
+])
+def test_every_option_is_checked(args, option, tmp_path, capsys):
+    base = {"--base-url": f"http://127.0.0.1:{free_port()}/v1", "--model": "m", "--out": str(tmp_path / "o"),
+            "--ids": "multi_turn_base_0", "--retries": "0"}
+    base.update(dict(zip(args[::2], args[1::2])))
+    argv = [x for kv in base.items() for x in kv] + ["--no-progress"]
+    rc, out, err = _main(argv, capsys)
+    assert rc == 2, (out, err)
+    lines = _error_lines(err)
+    assert len(lines) == 1 and option in lines[0], err
+    assert not os.path.exists(tmp_path / "o")
+
+
+def test_ctrl_c_twice_still_exits_130_and_loses_nothing(tasks, tmp_path):
+    """A second Ctrl-C while the first is being handled (saving, scoring) still ends with exit 130, and a
+    re-run completes every task."""
+    ids = [f"multi_turn_base_{i}" for i in range(4)]
+    scripts = {"m": {i: to_result(tasks[i], ground_truth_steps(tasks[i]), "fc") for i in ids}}
+    with ReplayServer(scripts, _first_user(tasks, ids)) as srv:
+        srv.delay_s = 0.3
+        out = tmp_path / "run"
+        p = _cli(["--base-url", srv.url, "--model", "m", "--out", str(out), "--ids", *ids, "--concurrency", "1",
+                  "--no-progress"], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        path = result_path(str(out), "m", "multi_turn_base")
+        deadline = time.time() + 120
+        while time.time() < deadline and not (os.path.exists(path) and open(path).read().count("\n") >= 1):
+            time.sleep(0.1)
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 130, err[-2000:]
+        assert "Traceback" not in err
+        srv.delay_s = 0.0
+        s = run_eval(_cfg(srv.url, "m", out, "fc", ids))
+        assert s.scores["categories"]["multi_turn_base"]["n_valid"] == 4

@@ -109,25 +109,55 @@ def prepare_data_command(args: argparse.Namespace) -> int:
 
 
 def eval_command(args: argparse.Namespace) -> int:
-    """``seal-verl eval``: BFCL's multi-turn protocol against an OpenAI-compatible server."""
-    from .evaluate import EvalConfig, EvalError, format_scores, run_eval
+    """``seal-verl eval``: BFCL's multi-turn protocol against an OpenAI-compatible server.
 
-    cfg = EvalConfig(
-        base_url=args.base_url, model=args.model, out=args.out, split=args.split,
-        categories=args.category or [], ids=args.ids or [], mode=args.mode, call_format=args.call_format,
-        backbone=args.backbone, concurrency=args.concurrency, temperature=args.temperature,
-        max_tokens=args.max_tokens, api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
-        timeout_s=args.timeout, retries=args.retries, progress=not args.no_progress,
-    )
+    Exit status: 0 every requested task is in the result files (inference errors included), 2 a bad option,
+    server or out folder (one ``error:`` line), 3 some requested task has no result line (named), 130 Ctrl-C.
+    """
     try:
-        summary = run_eval(cfg)
-    except EvalError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(format_scores(summary))
-    print(f"results, labels.jsonl and scores.json written to {args.out}"
-          + (f" ({summary.n_errors} task(s) failed at the server: inference errors)" if summary.n_errors else ""))
-    return 130 if summary.interrupted else 0
+        from .evaluate import EvalConfig, EvalError, format_scores, run_eval
+
+        cfg = EvalConfig(
+            base_url=args.base_url, model=args.model, out=args.out, split=args.split,
+            categories=args.category or [], ids=args.ids or [], mode=args.mode, call_format=args.call_format,
+            backbone=args.backbone, concurrency=args.concurrency, temperature=args.temperature,
+            max_tokens=args.max_tokens, api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
+            timeout_s=args.timeout, retries=args.retries, progress=not args.no_progress,
+        )
+        try:
+            summary = run_eval(cfg)
+        except EvalError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if summary.interrupted:
+            _ignore_further_ctrl_c()
+        print(format_scores(summary))
+        print(f"results for {summary.n_written} of {summary.n_requested} task(s), labels.jsonl and scores.json "
+              f"written to {args.out}"
+              + (f" ({summary.n_errors} task(s) failed at the server: inference errors)" if summary.n_errors else ""))
+        if summary.interrupted:
+            return 130
+        if summary.missing:
+            shown = ", ".join(summary.missing[:5]) + (", ..." if len(summary.missing) > 5 else "")
+            print(f"error: {summary.n_missing} requested task(s) missing from the results ({shown}); "
+                  "re-run the same command to complete them", file=sys.stderr)
+            return 3
+        return 0
+    except KeyboardInterrupt:
+        _ignore_further_ctrl_c()
+        print("interrupted: finished tasks are saved; re-run the same command to continue", file=sys.stderr)
+        return 130
+
+
+def _ignore_further_ctrl_c() -> None:
+    """Once an interrupted run has saved its work, a further Ctrl-C has nothing left to stop: ignore it, so that
+    one arriving while the process winds down (when Python has put the default handler back) cannot turn exit
+    status 130 into a death by signal or a traceback."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def bfcl_ids_command(args: argparse.Namespace) -> int:

@@ -34,6 +34,7 @@ never evaluated: calls are decoded with literal-only parsers and dispatched on t
 from __future__ import annotations
 
 import json
+import math
 import os
 import queue
 import threading
@@ -43,7 +44,7 @@ from typing import Any, Callable
 from seal_verl.atomic import atomic_write_text
 
 from .env import MAX_STEPS_PER_TURN, BFCLEnv
-from .openai_http import ChatClient, RequestRejected, ServerError, ServerUnreachable
+from .openai_http import ChatClient, RequestRejected, ServerError, ServerUnreachable, check_base_url
 from .tasks import CATEGORIES, BFCLTask, load_split, load_tasks
 
 MODES = ("fc", "prompt")
@@ -103,22 +104,33 @@ class EvalConfig:
         return "json"
 
     def validate(self) -> None:
+        problem = check_base_url(self.base_url)
+        if problem:
+            raise EvalError(problem)
+        if not _is_number(self.timeout_s) or not math.isfinite(self.timeout_s) or self.timeout_s <= 0:
+            raise EvalError(f"--timeout must be a number of seconds > 0, got {self.timeout_s!r}")
+        if not _is_number(self.temperature) or not math.isfinite(self.temperature) or self.temperature < 0:
+            raise EvalError(f"--temperature must be a number >= 0, got {self.temperature!r}")
+        if not _is_number(self.backoff_s) or not math.isfinite(self.backoff_s) or self.backoff_s < 0:
+            raise EvalError(f"back-off must be a number of seconds >= 0, got {self.backoff_s!r}")
+        for name, value, low in (("--concurrency", self.concurrency, 1), ("--retries", self.retries, 0),
+                                 ("max_steps_per_turn", self.max_steps_per_turn, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise EvalError(f"{name} must be an integer >= {low}, got {value!r}")
+        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 1):
+            raise EvalError(f"--max-tokens must be an integer >= 1, got {self.max_tokens!r}")
         if self.split not in SPLITS:
             raise EvalError(f"--split must be one of {', '.join(SPLITS)}, got {self.split!r}")
         bad = [c for c in self.categories if _full_category(c) not in CATEGORIES]
         if bad:
             raise EvalError(f"unknown --category {bad[0]!r} (known: {', '.join(c[11:] for c in CATEGORIES)})")
-        if self.concurrency < 1:
-            raise EvalError("--concurrency must be >= 1")
-        if self.temperature < 0:
-            raise EvalError("--temperature must be >= 0")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise EvalError("--max-tokens must be >= 1")
-        if self.retries < 0:
-            raise EvalError("--retries must be >= 0")
         if not self.model:
             raise EvalError("--model must not be empty")
         self.resolved_call_format()
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _full_category(name: str) -> str:
@@ -338,11 +350,12 @@ class ResultStore:
         return done
 
     def append(self, task: BFCLTask, result: Any) -> None:
-        line = json.dumps({"id": task.id, "result": result}, ensure_ascii=False) + "\n"
+        """Raises (before touching the file) when the line cannot be encoded, e.g. text with a lone surrogate."""
+        line = (json.dumps({"id": task.id, "result": result}, ensure_ascii=False) + "\n").encode("utf-8")
         with self._lock:
             p = self.path(task.category)
             os.makedirs(os.path.dirname(p), exist_ok=True)
-            with open(p, "a", encoding="utf-8") as f:
+            with open(p, "ab") as f:
                 f.write(line)
                 f.flush()
                 os.fsync(f.fileno())
@@ -374,6 +387,16 @@ class EvalSummary:
     n_skipped: int
     n_errors: int
     interrupted: bool = False
+    n_requested: int = 0
+    missing: list = field(default_factory=list)  # requested task ids with no line in the result files
+
+    @property
+    def n_missing(self) -> int:
+        return len(self.missing)
+
+    @property
+    def n_written(self) -> int:
+        return self.n_requested - len(self.missing)
 
 
 def _check_server(client: ChatClient, model: str) -> None:
@@ -437,32 +460,64 @@ def run_eval(cfg: EvalConfig, client: ChatClient | None = None, log: Callable[[s
     stop = threading.Event()
     fatal: list[str] = []
     errors = [0]
+    errors_lock = threading.Lock()
     jobs: queue.Queue = queue.Queue()
     for t in todo:
         jobs.put(t)
     finished: queue.Queue = queue.Queue()
 
+    def play(task: BFCLTask) -> Any:
+        """The task's result, or its inference-error entry; None when the run is stopping."""
+        try:
+            return run_task(client, task, cfg, stop, rendering)
+        except Stopped:
+            return None
+        except ServerUnreachable as exc:
+            fatal.append(str(exc))
+            stop.set()
+            return None
+        except (ServerError, RequestRejected) as exc:
+            detail = str(exc)
+        except BaseException as exc:  # noqa: BLE001 - a bug or a hostile answer: fail this task, keep going
+            detail = f"{type(exc).__name__}: {exc}"[:500]
+        with errors_lock:
+            errors[0] += 1
+        return INFERENCE_ERROR_PREFIX + _printable(detail)
+
+    def write(task: BFCLTask, result: Any) -> None:
+        """Append the task's line; a result that cannot be written is recorded as the task's inference error,
+        and a file that cannot be written stops the run (the task is then reported missing)."""
+        try:
+            store.append(task, result)
+            return
+        except OSError as exc:
+            fatal.append(f"cannot write the results of {task.id}: {exc.strerror or exc}")
+            stop.set()
+            return
+        except BaseException as exc:  # noqa: BLE001 - e.g. text the file's encoding cannot hold
+            reason = f"{type(exc).__name__}: {exc}"
+        if not is_inference_error(result):
+            with errors_lock:
+                errors[0] += 1
+        try:
+            store.append(task, INFERENCE_ERROR_PREFIX + _printable(f"the answer could not be written ({reason})"[:500]))
+        except OSError as exc:
+            fatal.append(f"cannot write the results of {task.id}: {exc.strerror or exc}")
+            stop.set()
+        except BaseException as exc:  # noqa: BLE001 - the task stays missing and is named at the end
+            log(f"warning: task {task.id} could not be written ({type(exc).__name__}: {exc})"[:500])
+
     def worker() -> None:
+        # A worker never dies with tasks queued: every task ends written, or missing and reported.
         while not stop.is_set():
             try:
                 task = jobs.get_nowait()
             except queue.Empty:
                 return
-            try:
-                result = run_task(client, task, cfg, stop, rendering)
-            except Stopped:
+            result = play(task)
+            if result is None:
                 return
-            except ServerUnreachable as exc:
-                fatal.append(str(exc))
-                stop.set()
-                return
-            except (ServerError, RequestRejected) as exc:
-                result = INFERENCE_ERROR_PREFIX + str(exc)
-                errors[0] += 1
-            except Exception as exc:  # noqa: BLE001 - a bug or a hostile answer: fail this task, keep going
-                result = INFERENCE_ERROR_PREFIX + f"{type(exc).__name__}: {exc}"[:500]
-                errors[0] += 1
-            store.append(task, result)
+            write(task, result)
             finished.put(task.id)
 
     threads = [threading.Thread(target=worker, daemon=True, name=f"bfcl-eval-{i}")
@@ -471,31 +526,44 @@ def run_eval(cfg: EvalConfig, client: ChatClient | None = None, log: Callable[[s
     bar = tqdm(total=len(todo), desc="evaluating", unit="task", disable=not cfg.progress or not todo,
                file=sys.stderr)
     try:
-        for th in threads:
-            th.start()
-        while any(th.is_alive() for th in threads):
-            try:
-                finished.get(timeout=0.2)
+        try:
+            for th in threads:
+                th.start()
+            while any(th.is_alive() for th in threads):
+                try:
+                    finished.get(timeout=0.2)
+                    bar.update(1)
+                except queue.Empty:
+                    pass
+            while not finished.empty():
+                finished.get_nowait()
                 bar.update(1)
-            except queue.Empty:
-                pass
-        while not finished.empty():
-            finished.get_nowait()
-            bar.update(1)
-    except KeyboardInterrupt:
-        interrupted = True
+        except KeyboardInterrupt:
+            interrupted = True
+            stop.set()
+            log("interrupted: finished tasks are saved; re-run the same command to continue")
+        finally:
+            bar.close()
+            store.compact(categories, order)
+    except KeyboardInterrupt:  # a second Ctrl-C while saving: what is on disk stays (writes are atomic)
         stop.set()
-        log("interrupted: finished tasks are saved; re-run the same command to continue")
-    finally:
-        bar.close()
-        store.compact(categories, order)
+        raise
+    written = store.load(categories)
+    missing = [t.id for t in tasks if t.id not in written]
     if fatal:
-        raise EvalError(fatal[0] + "; finished tasks are saved, re-run to continue")
+        raise EvalError(fatal[0] + f"; {len(tasks) - len(missing)} of {len(tasks)} task(s) are saved, "
+                        "re-run to continue")
 
     summary = score(cfg, tasks, store, fmt)
     summary.n_run, summary.n_skipped, summary.n_errors = len(todo), n_skipped, errors[0]
+    summary.n_requested, summary.missing = len(tasks), missing
     summary.interrupted = interrupted
     return summary
+
+
+def _printable(text: str) -> str:
+    """``text`` with anything UTF-8 cannot hold (lone surrogates) escaped, so that the line can be written."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def score(cfg: EvalConfig, tasks: list[BFCLTask], store: ResultStore, fmt: str) -> EvalSummary:
