@@ -127,8 +127,7 @@ def test_scripted_assistant_takes_task_ids_with_a_slash(model):
 
     env = get_environment(PATH)
     task = env.load_task("shop_0")
-    plan = D.find_plan(task, "pass", "json", env=PATH, task_id="orders/shop_0")
-    assert plan is not None and plan.task_id == "orders/shop_0"
+    plan = D.find_plan(task, "pass", "json", env=PATH)
     tok = AutoTokenizer.from_pretrained(model)
     llm = D.ScriptedLLM(tok, {"orders/shop_0": task}, env=PATH)
     llm.queue("orders/shop_0", [plan])
@@ -143,6 +142,7 @@ def test_plans_for_tasks_without_an_id_attribute(example):
     env = get_environment(name)
     task = env.load_task("count/a")
     assert isinstance(task, dict) and not hasattr(task, "id")
+    assert D.find_plan(task, "pass", "json", env=name).labels == ["pass", "pass"]
     book = D.PlanBook("json", env=name)
     plan = book.get(task, "argument_mismatch", "count/a")
     assert plan.task_id == "count/a" and plan.labels == ["argument_mismatch", "argument_mismatch"]
@@ -151,7 +151,7 @@ def test_plans_for_tasks_without_an_id_attribute(example):
 
     drawn = D.draw_plans(book, task, 3, D.mix_at(0, 1), random.Random(0), task_id="count/a")
     assert len(drawn) == 3 and all(p.task_id == "count/a" for p in drawn)
-    assert D.find_plan(task, "pass", "json", env=name).task_id == ""  # no id given, none on the task
+    assert D.find_plan(task, "pass", "json", env=name, task_id="count/a").task_id == "count/a"
 
 
 def test_docs_example_trains_with_dict_tasks_and_slash_ids(tmp_path, model, example):
