@@ -10,8 +10,9 @@ small objects, in the spirit of Gymnasium's ``Env`` and tau2-bench's domain / to
   message's tool calls and returns a :class:`StepResult`, says where turns end, and records the
   :class:`~seal_verl.trace.Trace` that Psi reads.
 
-Which environment serves a dataset row is the row's ``extra_info.env`` (a registered name), or the agent
-loop's own default. The SEAL observation wrapper (:mod:`env_wrappers.observation`) wraps any ``Episode``: it
+Which environment serves a dataset row is the row's ``extra_info.env`` (any name the registry resolves: a
+registered name or alias, an entry point, an import path), or the agent loop's own default. A task is whatever
+``load_task`` returns (SEAL reads no attribute of it); a task id is any non-empty string. The SEAL observation wrapper (:mod:`env_wrappers.observation`) wraps any ``Episode``: it
 only grows observation messages, so the tool semantics stay the environment's.
 
 Nothing here imports verl; an environment may import whatever it needs (BFCL imports bfcl-eval), and SEAL's
@@ -126,7 +127,8 @@ def tool_docs_lines(tools: list[dict]) -> str:
 class Environment:
     """Base class of a registered environment. Override the methods marked *required*.
 
-    Class attributes: ``name`` (the registry name), ``call_formats`` (the call encodings its episodes decode;
+    Class attributes: ``name`` (a default only: the registry sets each instance's ``name`` to the name it was
+    looked up by, which is what rows and traces carry), ``call_formats`` (the call encodings its episodes decode;
     the first is the default), ``max_steps_per_turn`` (tool-call steps per user turn before the episode is
     force-terminated).
     """

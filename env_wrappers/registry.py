@@ -10,10 +10,18 @@ Three ways to make a name known, looked up in this order:
 A name may also be written as an import path ``"pkg.module:Attr"`` directly. ``Attr`` is an
 :class:`~env_wrappers.protocol.Environment` instance, or a class or function that makes one without arguments.
 One instance per name and process is kept (environments cache their tasks).
+
+The environment :func:`get_environment` returns carries the name it was asked for in ``env.name`` (an alias, an
+entry point's name, an import path), whatever its class declares: that is the name
+:meth:`~env_wrappers.protocol.Environment.dataset_rows` writes into ``extra_info.env`` and the agent loop writes
+into the trace, so every row and trace names its environment in a way that resolves again. An instance
+registered under a name other than its own is served as a shallow copy, so one object can stand behind several
+names.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import threading
 from importlib import metadata
@@ -72,11 +80,16 @@ def _load(path: str) -> Any:
 def _instantiate(name: str, target: Any) -> Environment:
     if isinstance(target, str):
         target = _load(target)
+    fresh = isinstance(target, type)  # a class makes a new object; an instance or a factory's may be shared
     env = target if isinstance(target, Environment) else target()
     if not isinstance(env, Environment):
         raise TypeError(f"environment {name!r} resolved to {type(env).__name__}, not an env_wrappers.protocol."
                         "Environment")
-    if not env.name:
+    if env.name != name:
+        # Rows and traces name the environment by env.name: it must be the name that resolved, not the class's
+        # own (which may be registered nowhere). A shared object is copied so its other names keep theirs.
+        if env.name and not fresh:
+            env = copy.copy(env)
         env.name = name
     return env
 

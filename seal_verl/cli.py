@@ -3,7 +3,7 @@
     seal-verl diagnose RESULT_FILE_OR_DIR... [--out labels.jsonl] [--plot labels.png] [--force]
     seal-verl demo-results OUT.jsonl [--force] # writes a demo result file with every failure kind
     seal-verl prepare-data --out DIR [--call-format json|python] [--split-file SPLIT.json] [--force]
-    seal-verl dry-run [--out runs/dry] [--steps 6] [--tasks-per-step 4] [--rollouts 4]
+    seal-verl dry-run [--env bfcl] [--out runs/dry] [--steps 6] [--tasks-per-step 4] [--rollouts 4]
     seal-verl eval --base-url URL --model NAME --out DIR [--split eval] [--mode fc|prompt] ...
     seal-verl report RUN_DIR... [--out report] [--names NAME...]
     seal-verl bfcl-ids [--split eval | --ids ID...] [--out FILE]  # restricts `bfcl generate --run-ids`
@@ -52,12 +52,31 @@ def _cmd_prepare_data(args: argparse.Namespace) -> int:
     return _env_command("prepare-data", args)
 
 
+def _dry_run_environment(name: str, call_format: str | None) -> str:
+    """Check ``--env`` and ``--call-format`` before anything heavy starts; the call format to use."""
+    from env_wrappers.registry import get_environment
+
+    try:
+        env = get_environment(name)
+    except KeyError as exc:
+        raise UsageError(f"--env {name}: {exc.args[0] if exc.args else exc}") from exc
+    except (ImportError, AttributeError, TypeError, ValueError) as exc:
+        raise UsageError(f"--env {name}: cannot load it: {type(exc).__name__}: {exc}") from exc
+    formats = tuple(env.call_formats)
+    if call_format is None:
+        return formats[0]
+    if call_format not in formats:
+        raise UsageError(f"--call-format {call_format}: environment {name!r} decodes {', '.join(formats)}")
+    return call_format
+
+
 def _cmd_dry_run(args: argparse.Namespace) -> int:
     from .dry_run import DryRunConfig, run_dry
 
+    call_format = _dry_run_environment(args.env, args.call_format)
     cfg = DryRunConfig(
-        out=args.out, steps=args.steps, tasks_per_step=args.tasks_per_step, rollouts=args.rollouts,
-        val_tasks=args.val_tasks, call_format=args.call_format, seed=args.seed, model=args.model,
+        out=args.out, env=args.env, steps=args.steps, tasks_per_step=args.tasks_per_step, rollouts=args.rollouts,
+        val_tasks=args.val_tasks, call_format=call_format, seed=args.seed, model=args.model,
         max_tokens_per_turn=args.max_tokens_per_turn, max_cue_tokens=args.max_cue_tokens,
         progress=not args.no_progress,
     )
@@ -190,15 +209,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     dr = sub.add_parser("dry-run", help="the closed loop on CPU for a few steps: real verl agent-loop worker, env, "
                         "wrapper, reward, advantage and state update; a scripted LLM instead of generation")
+    dr.add_argument("--env", default=DEFAULT_ENV, metavar="NAME",
+                    help="the environment to train: a registered name, an installed entry point of the group "
+                         "seal_verl.environments, or an import path package.module:Class (default bfcl); the "
+                         "package must be importable, e.g. via PYTHONPATH")
     dr.add_argument("--out", default="runs/dry", help="run folder (state_step_k.json, traces_step_k.jsonl, metrics.jsonl)")
     dr.add_argument("--steps", type=_int_at_least(1), default=6, help="training steps to run (default 6)")
     dr.add_argument("--tasks-per-step", type=_int_at_least(1), default=4,
-                    help="BFCL training tasks per step (default 4)")
+                    help="training tasks per step, from the environment's train split (default 4)")
     dr.add_argument("--rollouts", type=_int_at_least(1), default=4, help="GRPO group size, rollout.n (default 4)")
     dr.add_argument("--val-tasks", type=_int_at_least(0), default=2,
-                    help="held-out tasks for the final validation pass (default 2; 0 skips it)")
-    dr.add_argument("--call-format", default="json", choices=["json", "python"],
-                    help="how the scripted model writes calls: <tool_call> JSON blocks or a Python call list")
+                    help="tasks of the environment's eval split for the final validation pass (default 2; 0 skips it)")
+    dr.add_argument("--call-format", default=None, metavar="FORMAT",
+                    help="how the scripted model writes calls, one of the environment's call formats (default: its "
+                         "first; bfcl: json = <tool_call> JSON blocks, python = a Python call list)")
     dr.add_argument("--seed", type=int, default=0, help="seed of the task sampling and the scripted model")
     dr.add_argument("--model", default=None, help="tiny model folder (made there if missing; default OUT/model)")
     dr.add_argument("--max-tokens-per-turn", type=_int_at_least(1), default=None,

@@ -14,6 +14,13 @@ from typing import Optional
 
 from .environments import CLOSING_TEXT, environment
 
+
+def own_task_id(task) -> Optional[str]:
+    """The task's ``id`` attribute when it has a string one. Tasks are typed ``Any`` in the protocol (a dict, a
+    dataclass, a string), so the dry run never requires it: it passes the id it loaded a task by."""
+    value = getattr(task, "id", None)
+    return value if isinstance(value, str) else None
+
 TARGETS = (
     "pass",
     "invalid_tool_call",
@@ -82,20 +89,24 @@ def _judge(task, messages, fmt, env: Optional[str] = None) -> Optional[list]:
 
 
 def find_plan(task, target: str, fmt: str, seed: int = 0, tries_per_turn: int = 8,
-              max_injected: Optional[int] = None, env: Optional[str] = None) -> Optional[Plan]:
+              max_injected: Optional[int] = None, env: Optional[str] = None,
+              task_id: Optional[str] = None) -> Optional[Plan]:
     """A plan whose offline replay carries ``target`` on every injected turn and ``pass`` elsewhere.
+
+    ``task_id``: the id the task was loaded by, recorded in the plan (default: the task's own ``id``, if any).
 
     Each eligible turn is searched on its own (the verifier judges a turn after a failure from the ground
     truth state, so turns are independent); the turns that work are then injected together (up to
     ``max_injected``), so a failing rollout fails on most of its turns, as a weak policy does.
     """
     environment_ = environment(env)
+    task_id = task_id if task_id is not None else (own_task_id(task) or "")
     base = environment_.reference_turns(task, fmt)
     if target == "pass":
         labels = _judge(task, base, fmt, env)
         if labels is None or any(lab != "pass" for lab in labels):
             return None
-        return Plan(task_id=task.id, target=target, kind="ground_truth", turn=None, fmt=fmt, messages=base,
+        return Plan(task_id=task_id, target=target, kind="ground_truth", turn=None, fmt=fmt, messages=base,
                     labels=labels)
     found: dict[int, tuple[str, list]] = {}
     tries: dict[int, int] = {}
@@ -118,29 +129,44 @@ def find_plan(task, target: str, fmt: str, seed: int = 0, tries_per_turn: int = 
         labels = _judge(task, messages, fmt, env)
         if labels is not None and all((labels[j] == target) if j in ks else (labels[j] == "pass") for j in range(len(labels))):
             kinds = sorted({found[k][0] for k in ks})
-            return Plan(task_id=task.id, target=target, kind="+".join(kinds), turn=ks[0], fmt=fmt,
+            return Plan(task_id=task_id, target=target, kind="+".join(kinds), turn=ks[0], fmt=fmt,
                         messages=messages, labels=labels, turns=list(ks))
         ks = ks[:-1]
     return None
 
 
 class PlanBook:
-    """Plans per (task, target), searched once and cached."""
+    """Plans per (task, target), searched once and cached.
+
+    A task is known by ``task_id`` when given (the id it was loaded by; remembered for later calls with the same
+    task object), else by its own string ``id``, else by the object itself: any task object works.
+    """
 
     def __init__(self, fmt: str, seed: int = 0, env: Optional[str] = None):
         self.fmt = fmt
         self.seed = seed
         self.env = env
-        self._plans: dict[tuple[str, str], Optional[Plan]] = {}
+        self._plans: dict[tuple, Optional[Plan]] = {}
+        self._ids: dict[int, tuple] = {}  # id(task) -> (task, its id): the task is kept, so id() stays unique
 
-    def get(self, task, target: str) -> Optional[Plan]:
-        key = (task.id, target)
+    def _task_id(self, task, task_id: Optional[str]) -> Optional[str]:
+        if task_id is not None:
+            self._ids[id(task)] = (task, task_id)
+            return task_id
+        known = self._ids.get(id(task))
+        return known[1] if known is not None else own_task_id(task)
+
+    def get(self, task, target: str, task_id: Optional[str] = None) -> Optional[Plan]:
+        task_id = self._task_id(task, task_id)
+        if task_id is None:
+            self._ids[id(task)] = (task, None)  # keep it alive: the key below is its identity
+        key = (("id", task_id) if task_id is not None else ("object", id(task)), target)
         if key not in self._plans:
-            self._plans[key] = find_plan(task, target, self.fmt, self.seed, env=self.env)
+            self._plans[key] = find_plan(task, target, self.fmt, self.seed, env=self.env, task_id=task_id)
         return self._plans[key]
 
-    def available(self, task) -> dict[str, Plan]:
-        return {t: p for t in TARGETS if (p := self.get(task, t)) is not None}
+    def available(self, task, task_id: Optional[str] = None) -> dict[str, Plan]:
+        return {t: p for t in TARGETS if (p := self.get(task, t, task_id)) is not None}
 
 
 def mix_at(step: int, steps: int) -> dict[str, float]:
@@ -149,7 +175,8 @@ def mix_at(step: int, steps: int) -> dict[str, float]:
     return {t: (1 - a) * EARLY_MIX[t] + a * LATE_MIX[t] for t in TARGETS}
 
 
-def draw_plans(book: PlanBook, task, n: int, mix: dict[str, float], rng: random.Random) -> list[Plan]:
+def draw_plans(book: PlanBook, task, n: int, mix: dict[str, float], rng: random.Random,
+               task_id: Optional[str] = None) -> list[Plan]:
     """``n`` plans for one task drawn from ``mix``; a target this task cannot show is redrawn among the rest
     (plans are searched lazily, only for targets that are drawn)."""
     out = []
@@ -158,10 +185,10 @@ def draw_plans(book: PlanBook, task, n: int, mix: dict[str, float], rng: random.
         while True:
             targets = [t for t in TARGETS if weights.get(t, 0.0) > 0]
             if not targets:
-                out.append(book.get(task, "pass"))
+                out.append(book.get(task, "pass", task_id))
                 break
             t = rng.choices(targets, weights=[weights[x] for x in targets])[0]
-            plan = book.get(task, t)
+            plan = book.get(task, t, task_id)
             if plan is not None:
                 out.append(plan)
                 break

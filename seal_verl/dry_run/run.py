@@ -147,7 +147,7 @@ class DryRun:
             llm.reset()
             llm.global_steps = step
             for tid in task_ids:
-                llm.queue(tid, draw_plans(book, tasks[tid], cfg.rollouts, mix, rng))
+                llm.queue(tid, draw_plans(book, tasks[tid], cfg.rollouts, mix, rng, task_id=tid))
             parquet = write_parquet(dataset_rows(task_ids, train_loop, "train", cfg.call_format, cfg.env),
                                     os.path.join(out, "batch.parquet"))
             batch = load_batch(parquet, config, tokenizer, cfg.rollouts, uid_prefix=f"s{step}-")
@@ -243,7 +243,7 @@ class DryRun:
             val_ids = _pick_tasks(split["eval"], cfg.val_tasks, 0, cfg.env)
             llm.reset()
             for tid in val_ids:
-                llm.queue(tid, [book.get(tasks[tid], "pass")])
+                llm.queue(tid, [book.get(tasks[tid], "pass", tid)])
             parquet = write_parquet(dataset_rows(val_ids, eval_loop, "eval", cfg.call_format, cfg.env),
                                     os.path.join(out, "val.parquet"))
             batch = load_batch(parquet, config, tokenizer, 1, uid_prefix="val-")

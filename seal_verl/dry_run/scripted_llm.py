@@ -15,6 +15,10 @@ class ScriptedLLM:
 
     Plans are queued per task (:meth:`queue`); each new request of a task takes the next plan of its queue
     (or ``default`` when the queue is empty). ``records`` keeps, per request, the plan and the texts sent.
+
+    ``tasks`` maps each task id to its task object (any object the environment's ``load_task`` returns). The task
+    of a request is the part of the request id before its last ``/`` (the agent loops send
+    ``"<task_id>/<uuid hex>"``), so a task id may itself contain ``/``.
     """
 
     def __init__(self, tokenizer, tasks: dict, default=None, eos_token: str = "<|im_end|>",
@@ -39,10 +43,10 @@ class ScriptedLLM:
         self._req.clear()
         self.records.clear()
 
-    def _turn_of(self, task, prompt_text: str) -> int:
-        texts = self._turn_texts.get(task.id)
+    def _turn_of(self, task_id: str, task, prompt_text: str) -> int:
+        texts = self._turn_texts.get(task_id)
         if texts is None:
-            texts = self._turn_texts[task.id] = environment(self.env).user_turn_texts(task)
+            texts = self._turn_texts[task_id] = environment(self.env).user_turn_texts(task)
         pos, turn = 0, -1
         for k, text in enumerate(texts):
             found = prompt_text.find(text, pos)
@@ -55,7 +59,9 @@ class ScriptedLLM:
         from verl.workers.rollout.replica import TokenOutput
 
         self.calls += 1
-        task_id = str(request_id).split("/", 1)[0]
+        task_id = str(request_id).rsplit("/", 1)[0]
+        if task_id not in self.tasks:
+            raise KeyError(f"scripted LLM: request {request_id!r} is for task {task_id!r}, which it was not given")
         task = self.tasks[task_id]
         st = self._req.get(request_id)
         if st is None:
@@ -68,7 +74,7 @@ class ScriptedLLM:
             self.records.append({"request_id": request_id, "task_id": task_id, "plan": plan, "texts": st["texts"],
                                  "ids": st["ids"], "turns": st["turns"], "max_tokens": st["max_tokens"]})
         prompt_text = self.tokenizer.decode(list(prompt_ids), skip_special_tokens=False)
-        turn = self._turn_of(task, prompt_text)
+        turn = self._turn_of(task_id, task, prompt_text)
         if turn != st["turn"]:
             st["turn"], st["step"] = turn, 0
         msgs = st["plan"].messages[turn] if turn < len(st["plan"].messages) else []

@@ -31,14 +31,19 @@ def reward_fn_path(env: Optional[str] = None) -> str:
 
 def write_agent_loop_yaml(path: str, call_format: str = "json", env: Optional[str] = None,
                           **loop_kwargs: Any) -> str:
-    """The agent-loop YAML listing the training and evaluation loops of ``env`` with the given init kwargs."""
+    """The agent-loop YAML listing the training and evaluation loops of ``env`` with the given init kwargs.
+
+    The generic loops also get ``env`` as the default of rows that name none (and check the call format against
+    it at start-up)."""
     import yaml
 
     entries = []
-    classes = (("SealBFCLAgentLoop", "BFCLAgentLoop") if (env or DEFAULT_ENV) == "bfcl"
-               else ("SealEnvAgentLoop", "EnvAgentLoop"))
+    bfcl = (env or DEFAULT_ENV) == "bfcl"
+    classes = ("SealBFCLAgentLoop", "BFCLAgentLoop") if bfcl else ("SealEnvAgentLoop", "EnvAgentLoop")
     for name, cls in zip(loop_names(env), classes):
         entry = {"name": name, "_target_": f"seal_verl.verl_glue.agent_loop.{cls}", "call_format": call_format}
+        if not bfcl:
+            entry["env"] = env
         entry.update({k: v for k, v in loop_kwargs.items() if v is not None})
         entries.append(entry)
     with open(path, "w") as f:
