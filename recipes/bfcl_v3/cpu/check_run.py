@@ -27,9 +27,12 @@ What is checked (the variant's switches come from the run's config.json):
 - ``sync``: verl's rollout-vs-actor log-prob metrics after each weight sync (``calculate_log_probs=true``):
   ``training/rollout_probs_diff_valid`` 1, ``training/rollout_probs_diff_mean`` <= 1e-2 (vLLM's bf16 kernels vs the
   actor's bf16 autocast over fp32 weights), ``training/rollout_actor_probs_pearson_corr`` >= 0.9; with
-  ``--require-moving-weights`` (a run whose weights move) also a finite ``actor/grad_norm`` > 0 at every step; from
-  global step 2 on ``actor/kl_loss`` > 0 and ``seal/sync/actor_vs_ref`` > 0 (at step 1 verl's KL follows at most one
-  optimizer step on bf16 scores and can be exactly 0 after a real update); and, from the second step on, wherever the
+  ``--require-moving-weights`` (a run whose weights move) also a finite ``actor/grad_norm`` at every step, > 0 at
+  every step that has something to move (learning signal, i.e. a non-zero GRPO advantage, or a KL term to the
+  reference; a step whose groups all scored alike while the actor is still the reference computes a zero gradient,
+  and that is reported, not failed); from global step 2 on, once an earlier update computed a real gradient,
+  ``actor/kl_loss`` > 0 and ``seal/sync/actor_vs_ref`` > 0 (at step 1 verl's KL follows at most one optimizer step
+  on bf16 scores and can be exactly 0 after a real update); and, from the second step on, wherever the
   actor has moved away from its initial weights beyond the numeric noise (``seal/sync/actor_vs_ref`` > 2 x
   ``seal/sync/rollout_vs_actor``), the rollout's token probabilities closer to the actor's than to the initial
   weights' (what a rollout engine that never received the new weights would show): the sync is real;
@@ -339,36 +342,66 @@ def _real_gradient(grad_norm) -> bool:
     return grad_norm is not None and math.isfinite(grad_norm) and grad_norm > 0
 
 
-def check_sync(run: Run, rep: Report, require_moving: bool) -> None:
+def _step_signal(run, step: int) -> Optional[bool]:
+    """Whether a step had learning signal: some rollout kept in the update with a non-zero GRPO advantage. None
+    when the run folder has no traces of that step (then the step is treated as having signal)."""
+    rows = (getattr(run, "traces", None) or {}).get(step)
+    if not rows:
+        return None
+    return any(abs(float(r.get("grpo_advantage") or 0.0)) > 1e-6 for r in rows if not r.get("excluded"))
+
+
+def check_sync(run: Run, rep: Report, require_moving: bool, parent: Optional[Run] = None) -> None:
+    """See the module docstring (``sync``). With ``require_moving``, what must move is decided per step from the run
+    itself, never from what the model happened to sample: a step's update must compute a real gradient when the
+    step has learning signal (a non-zero GRPO advantage) or a KL term to the reference (``actor/kl_loss`` > 0);
+    and from global step 2 on, once an earlier update (of this run or of the run it resumed) computed a real
+    gradient, the actor must start the step away from the reference. A step whose groups all scored alike
+    and whose actor is still the reference has nothing to move: its gradient may be 0."""
     problems = [] if run.metrics else ["no training step in metrics.jsonl"]
     worst_diff, worst_pearson, rows = 0.0, 1.0, []
     moved = 0
+    flat_steps: list[int] = []
+    # an earlier update moved the weights (the parent's steps count for a resumed run)
+    moved_before = any(_real_gradient((r.get("metrics") or {}).get("actor/grad_norm"))
+                       for r in (parent.metrics if parent is not None else []))
     for i, r in enumerate(run.metrics):
         m = r.get("metrics") or {}
         g = r["global_step"]
         valid = m.get("training/rollout_probs_diff_valid")
         diff = m.get("training/rollout_probs_diff_mean")
         pearson = m.get("training/rollout_actor_probs_pearson_corr")
+        gn, kl, rkl = m.get("actor/grad_norm"), m.get("actor/kl_loss"), m.get("rollout_corr/k3_kl")
         if valid != 1 or diff is None or pearson is None:
             problems.append(f"step {g}: no rollout log-prob comparison (set actor_rollout_ref.rollout.calculate_log_probs=true)")
+            moved_before = moved_before or _real_gradient(gn)
             continue
         worst_diff, worst_pearson = max(worst_diff, diff), min(worst_pearson, pearson)
         if diff > SYNC_DIFF_MAX:
             problems.append(f"step {g}: rollout_probs_diff_mean {diff:.2e} > {SYNC_DIFF_MAX}")
         if pearson < SYNC_PEARSON_MIN:
             problems.append(f"step {g}: rollout_actor_probs_pearson_corr {pearson:.4f} < {SYNC_PEARSON_MIN}")
-        gn, kl, rkl = m.get("actor/grad_norm"), m.get("actor/kl_loss"), m.get("rollout_corr/k3_kl")
         rows.append((g, gn, kl, rkl))
         ra, rr, ar = (m.get(f"seal/sync/{x}") for x in ("rollout_vs_actor", "rollout_vs_ref", "actor_vs_ref"))
         if require_moving:
-            if not _real_gradient(gn):
-                problems.append(f"step {g}: actor/grad_norm {gn}: the update did not move the weights")
+            signal = _step_signal(run, int(g))
+            # a resumed run without its parent: whether earlier updates moved the weights is unknown; assume so
+            earlier = moved_before or (parent is None and i == 0 and int(g) > 1)
+            has_kl = kl is not None and math.isfinite(kl) and kl > 0
+            if gn is not None and not math.isfinite(gn):
+                problems.append(f"step {g}: actor/grad_norm {gn}: verl skipped the optimizer step")
+            elif (signal is not False or has_kl) and not _real_gradient(gn):
+                problems.append(f"step {g}: actor/grad_norm {gn}: the update did not move the weights"
+                                + (" although the step had learning signal" if signal else ""))
+            if signal is False and not has_kl:
+                flat_steps.append(int(g))
             # At global step 1 the actor equals the reference until the first mini-batch's update, so verl's
             # kl_loss there is the KL after at most one optimizer step, on tokens scored in bf16: a real update
-            # can leave it exactly 0. From step 2 on the actor starts the step away from the reference.
-            if g > 1 and (not kl or kl <= 0):
+            # can leave it exactly 0. From step 2 on the actor starts the step away from the reference, if an
+            # earlier update moved it.
+            if g > 1 and earlier and (not kl or kl <= 0):
                 problems.append(f"step {g}: actor/kl_loss {kl}: the actor did not move away from the reference")
-            if g > 1 and ar is not None and ar <= 0:
+            if g > 1 and earlier and ar is not None and ar <= 0:
                 problems.append(f"step {g}: seal/sync/actor_vs_ref {ar}: the actor starts the step at the "
                                 "reference's weights, so earlier updates were lost")
             if i > 0 and None not in (ra, rr, ar) and ar > 2 * ra:
@@ -377,15 +410,18 @@ def check_sync(run: Run, rep: Report, require_moving: bool) -> None:
                 if not ra < rr:
                     problems.append(f"step {g}: rollout probabilities are closer to the initial weights ({rr:.2e}) than "
                                     f"to the actor's ({ra:.2e}): the rollout may not have the new weights")
+        moved_before = moved_before or _real_gradient(gn)
     fmt = ", ".join(f"g{g}: grad {gn:.2g}, KL(actor||ref) {kl:.2g}, KL(rollout,actor) {rkl:.2g}"
                     for g, gn, kl, rkl in rows if None not in (gn, kl, rkl))
     vacuous = not any(_real_gradient(gn) for _, gn, _, _ in rows)
     sync_note = (f"; at {moved} step(s) the actor had moved beyond the numeric noise and the rollout followed it, not "
                  "the initial weights" if moved else "")
+    flat_note = (f"; step(s) {', '.join(map(str, flat_steps))} had no learning signal (every group scored alike, the "
+                 "actor at the reference): nothing to move" if flat_steps else "")
     rep.add("sync", not problems, "; ".join(problems) or
             f"after every weight sync: max mean |p_rollout - p_actor| {worst_diff:.2e}, min Pearson {worst_pearson:.4f} "
-            f"({fmt})" + sync_note + (" [the weights never moved (all advantages 0): agreement expected, not a proof "
-                                      "of the sync]" if vacuous else ""))
+            f"({fmt})" + sync_note + flat_note + (" [the weights never moved (all advantages 0): agreement expected, "
+                                                  "not a proof of the sync]" if vacuous else ""))
 
 
 def check_resume(run: Run, rep: Report, parent: Run) -> None:
@@ -444,7 +480,7 @@ def check_run(path: str, steps: Optional[int] = None, resumed_from: Optional[str
     check_state(run, rep)
     check_weights(run, rep, parent, min_nonzero)
     check_cues(run, rep)
-    check_sync(run, rep, require_moving_weights)
+    check_sync(run, rep, require_moving_weights, parent)
     if parent is not None:
         check_resume(run, rep, parent)
     return rep
