@@ -294,3 +294,11 @@ def test_dry_run_under_the_paper_preset(tmp_path):
         assert t["reward"] == float(official)
         w = trajectory_weight(trajectory_profile(t["labels"], t["abstention"]), rho, 0.5, 2.0)
         assert t["w"] == pytest.approx(w, rel=1e-5)
+
+
+def test_dry_run_cli_refuses_an_unknown_preset(tmp_path, capsys):
+    from seal_verl.cli import main
+
+    assert main(["dry-run", "--preset", "papers", "--out", str(tmp_path / "a")]) == 2
+    assert "--preset papers" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists()
