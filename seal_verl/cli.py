@@ -3,7 +3,7 @@
     seal-verl diagnose RESULT_FILE_OR_DIR... [--out labels.jsonl] [--plot labels.png] [--force]
     seal-verl demo-results OUT.jsonl [--force] # writes a demo result file with every failure kind
     seal-verl prepare-data --out DIR [--call-format json|python] [--split-file SPLIT.json] [--force]
-    seal-verl dry-run [--env bfcl] [--out runs/dry] [--steps 6] [--tasks-per-step 4] [--rollouts 4]
+    seal-verl dry-run [--env bfcl] [--out runs/dry] [--steps 6] [--tasks-per-step 4] [--rollouts 4] [--preset paper]
     seal-verl eval --base-url URL --model NAME --out DIR [--split eval] [--mode fc|prompt] ...
     seal-verl report RUN_DIR... [--out report] [--names NAME...]
     seal-verl bfcl-ids [--split eval | --ids ID...] [--out FILE]  # restricts `bfcl generate --run-ids`
@@ -78,8 +78,15 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
         out=args.out, env=args.env, steps=args.steps, tasks_per_step=args.tasks_per_step, rollouts=args.rollouts,
         val_tasks=args.val_tasks, call_format=call_format, seed=args.seed, model=args.model,
         max_tokens_per_turn=args.max_tokens_per_turn, max_cue_tokens=args.max_cue_tokens,
-        progress=not args.no_progress,
+        progress=not args.no_progress, preset=args.preset,
     )
+    if args.preset:
+        from .dry_run.presets import load_preset
+
+        try:
+            load_preset(args.preset)
+        except ValueError as exc:
+            raise UsageError(f"--preset {args.preset}: {exc}") from exc
     if args.ablation:
         switches = {"env_side": True, "reweighting": True, "closed_loop": True}
         switches[ABLATIONS[args.ablation]] = False
@@ -232,6 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("--ablation", default=None, type=_ablation, metavar="{" + ",".join(ABLATIONS) + "}",
                     help="switch one side of SEAL off, as the recipes' ablations do "
                          "(the hyphenated spellings no-env-side etc. are accepted too)")
+    dr.add_argument("--preset", default=None, metavar="NAME",
+                    help="a recipe preset (recipes/bfcl_v3/config/preset): paper = the SEAL paper's settings "
+                         "(reward = the verifier unchanged, static rho from its table; docs/paper_settings.md)")
     dr.add_argument("--no-progress", action="store_true", help="no progress bar")
     dr.set_defaults(func=_cmd_dry_run)
 

@@ -36,11 +36,27 @@ class DryRunConfig:
     max_cue_tokens: Optional[int] = None
     progress: bool = True
     verbose: bool = True
+    #: a recipe preset (recipes/bfcl_v3/config/preset/<name>.yaml, e.g. "paper"): its seal.weighting and
+    #: seal.interface are merged over ``seal``, its reward_kwargs under ``reward_kwargs``
+    preset: Optional[str] = None
+    #: options of the reward function (reward.custom_reward_function.reward_kwargs), e.g. strict_abstention
+    reward_kwargs: dict = field(default_factory=dict)
     seal: dict = field(default_factory=lambda: {
         "switches": {"env_side": True, "reweighting": True, "closed_loop": True},
         "weighting": {"dynamic": True, "n_conf": 4},
         "interface": {"on_threshold": 0.15, "off_threshold": 0.05, "patience": 2, "ema_beta": 0.5},
     })
+
+
+def effective_settings(cfg: DryRunConfig) -> tuple[dict, dict]:
+    """The ``seal`` section and the reward options the run uses: ``cfg.seal`` / ``cfg.reward_kwargs`` with the
+    preset (if any) merged over the first and under the second (an explicit reward option wins)."""
+    if not cfg.preset:
+        return cfg.seal, dict(cfg.reward_kwargs)
+    from .presets import load_preset, merge
+
+    preset = load_preset(cfg.preset)
+    return merge(cfg.seal, preset["seal"]), {**preset["reward_kwargs"], **cfg.reward_kwargs}
 
 
 def _pick_tasks(ids: list[str], count: int, offset: int, env: Optional[str] = None) -> list[str]:
@@ -110,8 +126,10 @@ class DryRun:
         yaml_path = write_agent_loop_yaml(os.path.join(out, "agent_loops.yaml"), cfg.call_format, env=cfg.env,
                                           max_tokens_per_turn=cfg.max_tokens_per_turn,
                                           max_cue_tokens=cfg.max_cue_tokens)
+        seal_section, reward_kwargs = effective_settings(cfg)
         config = verl_config(model, agent_loop_yaml=yaml_path, rollouts=cfg.rollouts, prompt_length=cfg.prompt_length,
-                             response_length=cfg.response_length, seal=cfg.seal, reward_path=reward_fn_path(cfg.env))
+                             response_length=cfg.response_length, seal=seal_section, reward_path=reward_fn_path(cfg.env),
+                             reward_kwargs=reward_kwargs)
         seal_cfg = parse_seal_config(config.seal)
         driver = SealDriver(seal_cfg, actor=None)  # in-process: the agent loops read the state directly
         set_state_source(lambda step: driver.state)
@@ -131,7 +149,7 @@ class DryRun:
             if os.path.exists(folder.file(name)):
                 os.remove(folder.file(name))
         folder.write_config({"dry_run": {k: v for k, v in asdict(cfg).items()}, "seal": seal_cfg.to_dict(),
-                             "model": model})
+                             "reward_kwargs": reward_kwargs, "model": model})
         self._log(f"[dry-run] set-up {time.time() - t0:.1f} s (model {model})")
 
         rows: list[dict] = []

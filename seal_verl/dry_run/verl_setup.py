@@ -53,7 +53,8 @@ def write_agent_loop_yaml(path: str, call_format: str = "json", env: Optional[st
 
 def verl_config(model_path: str, *, agent_loop_yaml: Optional[str] = None, rollouts: int = 4,
                 prompt_length: int = 16384, response_length: int = 8192, reward_path: Optional[str] = None,
-                seal: Optional[dict] = None, overrides: Optional[list[str]] = None):
+                seal: Optional[dict] = None, overrides: Optional[list[str]] = None,
+                reward_kwargs: Optional[dict] = None):
     """verl's own ``ppo_trainer`` config (Hydra compose) with what the dry run and the tests need."""
     import verl
     from hydra import compose, initialize_config_dir
@@ -85,6 +86,8 @@ def verl_config(model_path: str, *, agent_loop_yaml: Optional[str] = None, rollo
         cfg = compose(config_name="ppo_trainer", overrides=ov)
     with open_dict(cfg):
         cfg.seal = OmegaConf.create(seal if seal is not None else {})
+        if reward_kwargs:
+            cfg.reward.custom_reward_function.reward_kwargs = OmegaConf.create(dict(reward_kwargs))
     return cfg
 
 

@@ -400,6 +400,7 @@ class SealTrainerMixin:
         self.seal.run_folder.write_config({
             "trainer": f"verl main_ppo, trainer.v1.trainer_mode={cfg.trainer.v1.get('trainer_mode')}",
             "variant": recipe.get("variant") if hasattr(recipe, "get") else None,
+            "preset": recipe.get("preset") if hasattr(recipe, "get") else None,
             "model": cfg.actor_rollout_ref.model.path,
             "seal": self.seal.cfg.to_dict(),
             "resumed_from": resumed_from,
