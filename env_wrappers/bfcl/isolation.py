@@ -31,7 +31,7 @@ own. The parent only waits on a pipe (releasing the lock), so other threads neve
   change (mpmath's precision and the decimal context).
 - **clean workers only**: a released worker goes back to the pool only if it reset in time and its memory
   is back near what it started with (at most ``IDLE_WORKER_MAX_MB`` and a quarter of its cap above it, in
-  address space and in resident memory); otherwise it is stopped. The idle workers together may hold at
+  address space and in private memory); otherwise it is stopped. The idle workers together may hold at
   most ``IDLE_POOL_BUDGET_MB`` above their start (the oldest are stopped first) and number at most
   ``MAX_IDLE_WORKERS``.
 
@@ -61,7 +61,7 @@ MAX_IDLE_WORKERS = 64
 #: what it did when it started (and at most a quarter of its cap): a worker whose rollout filled its memory
 #: would otherwise give the next, unrelated rollout a fraction of the headroom the cap promises.
 IDLE_WORKER_MAX_MB = 256
-#: What all idle workers together may hold (resident MiB above their start); the oldest go first.
+#: What all idle workers together may hold (private MiB above their start); the oldest go first.
 IDLE_POOL_BUDGET_MB = 1024
 #: A replay is sent in messages of at most this many calls (a fresh worker need not receive it all at once).
 REPLAY_CHUNK_CALLS = 64
@@ -127,6 +127,21 @@ def _mapped_bytes() -> int:
     return _memory()[0]
 
 
+def _footprint() -> tuple[int, int]:
+    """``(mapped, own)`` bytes of this process: own is its private resident memory (pages no longer shared
+    with the process it was forked from), or its resident memory where ``/proc`` does not tell."""
+    mapped, resident = _memory()
+    try:
+        own = 0
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                    own += int(line.split()[1]) * 1024
+        return mapped, own
+    except (OSError, ValueError, IndexError):
+        return mapped, resident
+
+
 #: glibc's ``malloc_trim``, looked up in the parent (a forked worker must not run the dynamic loader: another
 #: thread of the parent may have held its lock at the fork). None where there is no glibc.
 _MALLOC_TRIM = None
@@ -169,7 +184,7 @@ def _worker_main(conn, memory_limit_mb: int | None) -> None:
             pass
     from .backends import Backends
 
-    start = _memory()
+    start = _footprint()
     backends = None
     while True:
         try:
@@ -195,7 +210,7 @@ def _worker_main(conn, memory_limit_mb: int | None) -> None:
                 backends = msg = None
                 _free_memory()
                 _reset_process_settings()
-                conn.send(("ok", (start, _memory())))
+                conn.send(("ok", (start, _footprint())))
             else:
                 return
         except (EOFError, OSError, BrokenPipeError):
@@ -234,7 +249,7 @@ class _Worker:
             self.process.start()
             child.close()
         self.memory_limit_mb = memory_limit_mb
-        self.held = 0  # resident bytes above its start, as measured when it was last released
+        self.held = 0  # own (private) bytes above its start, as measured when it was last released
 
     def request(self, msg, timeout: float | None):
         """Send one request and return its ``(status, value)`` reply; ``WorkerDied`` on no reply in time."""
@@ -271,8 +286,8 @@ class _Worker:
 
 
 def _fits(worker: _Worker, report: Any) -> bool:
-    """Whether a worker's memory report after its reset (``((mapped, resident) at start, (mapped, resident)
-    now)``) is within the limits for going back to the pool; records what it holds."""
+    """Whether a worker's memory report after its reset (``((mapped, own) at start, (mapped, own) now)``, see
+    :func:`_footprint`) is within the limits for going back to the pool; records what it holds."""
     try:
         (vm0, rss0), (vm, rss) = report
         grown = max(int(vm) - int(vm0), int(rss) - int(rss0))
@@ -356,7 +371,7 @@ class WorkerPool:
             w.kill()
 
     def idle_memory(self) -> tuple[int, int]:
-        """``(number of idle workers, resident bytes they hold above their start)``."""
+        """``(number of idle workers, private bytes they hold above their start)``."""
         with self._lock:
             return len(self._idle), sum(w.held for w in self._idle)
 
