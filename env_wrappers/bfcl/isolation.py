@@ -184,6 +184,9 @@ def _worker_main(conn, memory_limit_mb: int | None) -> None:
             pass
     from .backends import Backends
 
+    # What the fork inherited is never garbage here: out of the collector's sight, a collection neither
+    # scans it (time) nor writes to its pages (which would copy them into this process).
+    gc.freeze()
     start = _footprint()
     backends = None
     while True:
