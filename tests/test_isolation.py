@@ -8,7 +8,12 @@ Model-issued calls run in a worker process per rollout (``env_wrappers.bfcl.isol
   calls are replayed), and slow calls of other rollouts never make a fast call time out;
 - mpmath's process-wide precision, set by ``logarithm``, is never shared: 64 concurrent rollouts of a
   MathAPI task get exactly the results of the same rollouts run one after another;
-- the verifier does not re-run a call the rollout recorded as timed out.
+- the verifier does not re-run a call the rollout recorded as timed out;
+- a worker goes back to the warm pool only when its memory is back near its start, and the idle pool
+  holds no more than its budget;
+- a worker killed while idle is replaced and the completed calls replayed: the rollout reads as undisturbed;
+- an overrun after a long history ends within three times the limit (the replay is bounded as a whole);
+- a huge tool result becomes a short error result in BFCL's style, in the observation and in the trace.
 """
 
 from __future__ import annotations
