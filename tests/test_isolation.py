@@ -305,29 +305,40 @@ def test_a_worker_killed_while_idle_is_replaced_and_the_rollout_reads_as_undistu
 
 
 def _pow_exponent_taking(seconds: float) -> tuple:
-    """An exponent for which ``10 ** exponent`` takes about ``seconds`` here (bounded search)."""
-    exponent, took = 100_000, 0.0
+    """An exponent for which ``10 ** exponent`` takes about ``seconds`` here (bounded search), and the
+    median of three timings of it."""
+    exponent = 100_000
     for _ in range(12):
         t0 = time.perf_counter()
         _ = 10 ** exponent
-        took = time.perf_counter() - t0
-        if took >= seconds:
+        if time.perf_counter() - t0 >= seconds:
             break
         exponent *= 2
-    return exponent, took
+    timings = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        _ = 10 ** exponent
+        timings.append(time.perf_counter() - t0)
+    return exponent, sorted(timings)[1]
 
 
 def test_an_overrun_after_a_long_history_ends_within_three_times_the_limit(tasks):
-    """Twelve earlier calls that each take about a quarter of the limit: replaying them on the new worker
-    after an overrun must not add their whole time to the overrunning call."""
-    exponent, took = _pow_exponent_taking(0.25)
-    limit = max(1.0, 4 * took)
+    """Earlier calls that each take about a sixth of the limit and together over three limits: replaying
+    them on the new worker after an overrun must not add their whole time to the overrunning call."""
+    exponent, took = _pow_exponent_taking(0.2)
+    limit = max(1.0, 6 * took)
     b = isolation.IsolatedBackends(["MathAPI"], {}, False, call_timeout_s=limit)
-    completed = 0
-    for _ in range(12):
+    history_s = 0.0
+    for _ in range(60):
+        t0 = time.perf_counter()
         text, _, _ = b.execute(f"power(base=10, exponent={exponent})")
-        completed += not is_timeout_result(text)
-    assert completed >= 8, "the machine is too slow for this check"
+        if is_timeout_result(text) or b.broken:
+            b.close()
+            pytest.skip("the machine is too loaded to build the history within the limit")
+        history_s += time.perf_counter() - t0
+        if history_s >= 3.5 * limit:
+            break
+    assert history_s >= 3.5 * limit
     t0 = time.perf_counter()
     text, is_error, _ = b.execute("power(base=10, exponent=30000000)")
     elapsed = time.perf_counter() - t0
