@@ -209,7 +209,8 @@ def _fill(backends, files: int, tag: str) -> list:
     for k in range(0, files, 16):
         calls = []
         for i in range(k, min(files, k + 16)):
-            calls += [f"touch(file_name='{tag}{i}')", f"echo(content='{chr(97 + i % 26) * 60_000}', file_name='{tag}{i}')"]
+            content = chr(97 + i % 26) * 60_000
+            calls += [f"touch(file_name='{tag}{i}')", f"echo(content='{content}', file_name='{tag}{i}')"]
         errors += [r[0][:120] for r in backends.execute_many(calls) if r[1]]
     return errors
 

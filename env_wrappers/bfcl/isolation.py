@@ -143,7 +143,7 @@ def _footprint() -> tuple[int, int]:
 
 
 #: glibc's ``malloc_trim``, looked up in the parent (a forked worker must not run the dynamic loader: another
-#: thread of the parent may have held its lock at the fork). None where there is no glibc.
+#: thread of the parent may have held its lock at the fork). None until looked up, False without glibc.
 _MALLOC_TRIM = None
 
 
