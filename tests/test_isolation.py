@@ -8,7 +8,12 @@ Model-issued calls run in a worker process per rollout (``env_wrappers.bfcl.isol
   calls are replayed), and slow calls of other rollouts never make a fast call time out;
 - mpmath's process-wide precision, set by ``logarithm``, is never shared: 64 concurrent rollouts of a
   MathAPI task get exactly the results of the same rollouts run one after another;
-- the verifier does not re-run a call the rollout recorded as timed out.
+- the verifier does not re-run a call the rollout recorded as timed out;
+- a worker goes back to the warm pool only when its memory is back near its start, and the idle pool
+  holds no more than its budget;
+- a worker killed while idle is replaced and the completed calls replayed: the rollout reads as undisturbed;
+- an overrun after a long history ends within three times the limit (the replay is bounded as a whole);
+- a huge tool result becomes a short error result in BFCL's style, in the observation and in the trace.
 """
 
 from __future__ import annotations
@@ -169,3 +174,197 @@ def test_verifier_does_not_rerun_a_call_the_rollout_recorded_as_timed_out(tasks)
            timed_out=_timed_out_positions(env.trace))
     recorded = [c.result for t in env.trace.turns for a in t.attempts for c in a.calls if c.parsed]
     assert [o[0] for turn in outcomes for o in turn] == recorded  # the verifier saw what the rollout saw
+
+
+# ----------------------------------------------------------------------------------------------------------
+# workers that are clean or gone (small memory caps: every test here stays well under 1 GB)
+
+import os  # noqa: E402
+import signal  # noqa: E402
+
+from env_wrappers.bfcl import isolation  # noqa: E402
+from env_wrappers.bfcl.backends import ERROR_PREFIX, MAX_RESULT_CHARS  # noqa: E402
+
+SMALL_CAP_MB = 160
+
+
+def _rss(pid: int) -> int:
+    """The memory a process holds of its own (private pages: not those it still shares with its parent)."""
+    total = 0
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+def _fs(cap_mb: int = SMALL_CAP_MB):
+    return isolation.IsolatedBackends(["GorillaFileSystem"], {}, False, call_timeout_s=20.0, memory_limit_mb=cap_mb)
+
+
+def _fill(backends, files: int, tag: str) -> list:
+    """Write ``files`` files of 60,000 characters (a legitimate call each); the error results, if any."""
+    errors = []
+    backends.execute_many(["mkdir(dir_name='d')", "cd(folder='d')"])
+    for k in range(0, files, 16):
+        calls = []
+        for i in range(k, min(files, k + 16)):
+            content = chr(97 + i % 26) * 60_000
+            calls += [f"touch(file_name='{tag}{i}')", f"echo(content='{content}', file_name='{tag}{i}')"]
+        errors += [r[0][:120] for r in backends.execute_many(calls) if r[1]]
+    return errors
+
+
+def _fresh_rss() -> int:
+    isolation.pool().shutdown()
+    b = _fs()
+    assert b.execute("pwd()")[1] is False
+    rss = _rss(b._box[0].process.pid)
+    b._discard_worker()
+    return rss
+
+
+def test_a_worker_that_filled_its_memory_does_not_reach_the_next_rollout():
+    """A rollout that filled most of its worker's memory cap ends; the worker it used must not go back to the
+    pool holding that memory: the next, unrelated rollout has its whole cap (a legitimate 60 KB ``echo``
+    and a state of half the cap work) and the idle pool holds no more than a clean worker would."""
+    baseline = _fresh_rss()
+    first = _fs()
+    first_errors = _fill(first, 1900, "a")  # about 115 MB of state under a 160 MB cap
+    assert not first.broken, first.broken
+    first.close()
+    for w in list(isolation.pool()._idle):
+        grown = _rss(w.process.pid) - baseline
+        assert grown <= SMALL_CAP_MB / 4 * 2**20, f"an idle worker holds {grown / 2**20:.0f} MB more than a fresh one"
+    second = _fs()
+    echo = second.execute(f"echo(content='{'x' * 60_000}')")
+    assert echo[1] is False and len(echo[0]) > 60_000, echo[0][:120]
+    errors = _fill(second, 1200, "b")  # about 72 MB: fits a whole cap, not what a used one has left
+    assert errors == [] and not second.broken, (errors[:3], second.broken, first_errors[:3])
+    second.close()
+    isolation.pool().shutdown()
+
+
+def test_the_idle_pool_stays_within_its_memory_budget(monkeypatch):
+    """Four rollouts that each held ~40 MB end at once; what their idle workers still hold is bounded by the
+    pool's budget (here 64 MB), not by the number of workers."""
+    monkeypatch.setattr(isolation, "IDLE_POOL_BUDGET_MB", 64, raising=False)
+    baseline = _fresh_rss()
+    rollouts = [_fs() for _ in range(4)]
+    for i, b in enumerate(rollouts):
+        assert _fill(b, 650, f"r{i}") == []
+    for b in rollouts:
+        b.close()
+    idle = list(isolation.pool()._idle)
+    held = sum(max(0, _rss(w.process.pid) - baseline) for w in idle)
+    slack = 8 * 2**20 * len(idle)  # a worker's own small growth (its caches), per worker
+    assert held <= 64 * 2**20 + slack, f"{len(idle)} idle workers hold {held / 2**20:.0f} MB"
+    isolation.pool().shutdown()
+
+
+def _wait_dead(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(")")[-1].split()[0] in ("Z", "X"):
+                    return
+        except FileNotFoundError:
+            return
+        time.sleep(0.01)
+
+
+FS_STEPS = [call("mkdir", dir_name="kept"), call("cd", folder="kept"), call("touch", file_name="a.txt"),
+            call("echo", content="one\ntwo\nthree", file_name="a.txt"), call("cat", file_name="a.txt"),
+            call("wc", file_name="a.txt", mode="l"), call("cd", folder=".."), call("ls"),
+            call("find", path="."), call("pwd")]
+
+
+def test_a_worker_killed_while_idle_is_replaced_and_the_rollout_reads_as_undisturbed(tasks):
+    """The rollout's worker is killed between two steps (twice); the rollout keeps its tools and every later
+    observation and the final state equal those of an undisturbed run of the same steps."""
+
+    def run(kill_after: set) -> tuple:
+        env = BFCLEnv(tasks[FS_TASK], call_format="json", call_timeout_s=10.0)
+        env.reset()
+        seen = []
+        for k, m in enumerate(FS_STEPS):
+            seen.extend((r.content, r.is_error) for r in env.step(m).tool_results)
+            if k in kill_after:
+                _wait_dead(env.backends._box[0].process.pid)
+        state = env.backends.state()
+        broken = env.backends.broken
+        env.close()
+        return seen, json.dumps(state, sort_keys=True, default=str), broken
+
+    undisturbed = run(set())
+    disturbed = run({1, 4})
+    assert disturbed[2] is None, disturbed[2]
+    assert disturbed[0] == undisturbed[0]
+    assert disturbed[1] == undisturbed[1]
+
+
+def _pow_exponent_taking(seconds: float) -> tuple:
+    """An exponent for which ``10 ** exponent`` takes about ``seconds`` here (bounded search), and the
+    median of three timings of it."""
+    exponent = 100_000
+    for _ in range(12):
+        t0 = time.perf_counter()
+        _ = 10 ** exponent
+        if time.perf_counter() - t0 >= seconds:
+            break
+        exponent *= 2
+    timings = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        _ = 10 ** exponent
+        timings.append(time.perf_counter() - t0)
+    return exponent, sorted(timings)[1]
+
+
+def test_an_overrun_after_a_long_history_ends_within_three_times_the_limit(tasks):
+    """Earlier calls that each take about a sixth of the limit and together over three limits: replaying
+    them on the new worker after an overrun must not add their whole time to the overrunning call."""
+    exponent, took = _pow_exponent_taking(0.2)
+    limit = max(1.0, 6 * took)
+    b = isolation.IsolatedBackends(["MathAPI"], {}, False, call_timeout_s=limit)
+    history_s = 0.0
+    for _ in range(60):
+        t0 = time.perf_counter()
+        text, _, _ = b.execute(f"power(base=10, exponent={exponent})")
+        if is_timeout_result(text) or b.broken:
+            b.close()
+            pytest.skip("the machine is too loaded to build the history within the limit")
+        history_s += time.perf_counter() - t0
+        if history_s >= 3.5 * limit:
+            break
+    assert history_s >= 3.5 * limit
+    t0 = time.perf_counter()
+    text, is_error, _ = b.execute("power(base=10, exponent=30000000)")
+    elapsed = time.perf_counter() - t0
+    assert is_error and is_timeout_result(text), text
+    assert elapsed < 3 * limit, f"an overrunning call with a {limit:.1f}s limit took {elapsed:.1f}s"
+    b.close()
+
+
+def test_a_huge_tool_result_becomes_a_short_error_result(tasks):
+    """``find`` below 40 nested directories with 1,500-character names returns about 1.2 million
+    characters; the model sees (and the trace keeps) a short error in BFCL's style instead, and the
+    rollout goes on."""
+    env = BFCLEnv(tasks[FS_TASK], call_format="json", call_timeout_s=10.0, max_steps_per_turn=100)
+    env.reset()
+    depth, width = 40, 1500
+    for k in range(depth):
+        name = str(k) * (width // len(str(k)))
+        env.step(call("mkdir", dir_name=name) + call("cd", folder=name))
+    env.step("".join(call("cd", folder="..") for _ in range(depth)))
+    shown = env.step(call("find", path=".")).tool_results[0]
+    assert shown.is_error, shown.content[:200]
+    assert shown.content.startswith(ERROR_PREFIX) and str(MAX_RESULT_CHARS) in shown.content
+    assert len(shown.content) < 500
+    recorded = [c.result for t in env.trace.turns for a in t.attempts for c in a.calls if c.parsed]
+    assert max(len(r or "") for r in recorded) < 20_000
+    assert not env.step(call("pwd")).tool_results[0].is_error
+    assert not env.backends.broken
+    env.close()

@@ -29,6 +29,26 @@ REFUSED_NAMES = frozenset(["kill", "exit", "quit", "remove", "unlink", "popen", 
 
 ERROR_PREFIX = "Error during execution: "
 
+#: Longest result text a call may return (characters). The largest result of any BFCL ground-truth call is
+#: about 32,000 characters; a longer one (a model can make a backend build hundreds of MB of text) becomes an
+#: error result that says so, never a text that reaches the rollout process, the prompt or the trace.
+MAX_RESULT_CHARS = 1_000_000
+
+
+def too_long_text(name: str, length: int) -> str:
+    """The error result of a call whose result text is over :data:`MAX_RESULT_CHARS`."""
+    return ERROR_PREFIX + (f"the result of {name} has {length} characters, over the limit of "
+                           f"{MAX_RESULT_CHARS}; it was not returned")
+
+
+def bound_result(call: str, outcome: tuple) -> tuple:
+    """``outcome`` (``(text, is_error, executed)``), or the too-long error in its place (still executed)."""
+    text = outcome[0]
+    if isinstance(text, str) and len(text) > MAX_RESULT_CHARS:
+        head = call.split("(", 1)[0].strip()[:80] or "?"
+        return too_long_text(head, len(text)), True, outcome[2]
+    return outcome
+
 #: BFCL backend methods that write module-level state shared by every instance. In long-context mode
 #: ``VehicleControlAPI.get_outside_temperature_from_google`` stores its reading in the module dict
 #: ``LONG_WEATHER_EXTENSION`` and returns that very dict, so two rollouts calling it at the same time can
@@ -225,7 +245,7 @@ class Backends:
         runs nothing and returns BFCL's kind of error text.
         """
         final, invocation = self._prepare(call)
-        return final if final is not None else self._invoke(*invocation)
+        return final if final is not None else bound_result(call, self._invoke(*invocation))
 
     def _prepare(self, call: str) -> tuple:
         """Parse and check one call without running it. Returns ``(final, None)`` with the final
@@ -271,7 +291,7 @@ class Backends:
                 jobs.append((i, *invocation))
         if len(jobs) <= 1 or self.broken:
             for i, name, args, kwargs in jobs:
-                out[i] = self._invoke(name, args, kwargs)
+                out[i] = bound_result(calls[i], self._invoke(name, args, kwargs))
             return out
         bound = [(self._bound(name), args, kwargs) for _, name, args, kwargs in jobs]
         done: list = []
@@ -293,7 +313,7 @@ class Backends:
                                "the episode's tools are unavailable")
                 for j, (i, name, _, _) in enumerate(jobs):
                     if j < idx:
-                        out[i] = done[j]
+                        out[i] = bound_result(calls[i], done[j])
                     elif j == idx:
                         out[i] = (ERROR_PREFIX + f"call to {name} timed out after {self.call_timeout_s:g}s",
                                   True, True)
@@ -301,7 +321,7 @@ class Backends:
                         out[i] = (ERROR_PREFIX + self.broken, True, False)
                 return out
         for (i, *_), r in zip(jobs, done):
-            out[i] = r
+            out[i] = bound_result(calls[i], r)
         return out
 
     def _bound(self, name: str):

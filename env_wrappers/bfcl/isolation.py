@@ -11,15 +11,29 @@ own. The parent only waits on a pipe (releasing the lock), so other threads neve
 
 - **time limit**: each call gets ``call_timeout_s`` from its start; a call over it gets BFCL's kind of
   error text, the worker is killed, and a fresh worker rebuilds the rollout's state by replaying the calls
-  that completed before it (the backends are deterministic: per-instance seeded generators). The rollout
-  keeps its tools, and the overrunning call leaves no trace in the state. Only when that replay itself
-  fails are the rollout's tools closed, with an error text that says so. The verifier, which replays the
-  model's calls, skips a call recorded as timed out in the same way (see ``verifier.verify``).
+  that completed before it (the backends are deterministic: per-instance seeded generators). That replay is
+  bounded as a whole by ``call_timeout_s`` too, so a call never takes more than about twice its limit. The
+  rollout keeps its tools, and the overrunning call leaves no trace in the state. Only when that replay
+  itself fails (or overruns) are the rollout's tools closed, with an error text that says so. The verifier,
+  which replays the model's calls, skips a call recorded as timed out in the same way (see
+  ``verifier.verify``).
+- **a worker that died**: a worker that ended at any moment (during a call, or idle between two calls of its
+  rollout: killed by the system, out of memory) is replaced the same way, with the completed calls replayed,
+  so the rollout's later observations are those of an undisturbed run. A call that was running when its
+  worker ended gets an error text that says so; a call the worker never received simply runs on the new one.
 - **memory limit**: the worker's address space is capped (``resource.RLIMIT_AS``) so a call that builds a
   huge value fails with ``MemoryError`` (an error result) instead of exhausting the host.
+- **result size**: a result text over ``backends.MAX_RESULT_CHARS`` characters becomes an error result that
+  says so (the call still ran); the long text never leaves the worker.
 - **no shared settings**: a worker serves one rollout at a time. Workers are kept warm in a pool and reused;
-  between rollouts a worker drops its instances and resets the process-wide arithmetic settings BFCL's
-  backends change (mpmath's precision and the decimal context).
+  between rollouts a worker drops its instances, frees their memory (a cyclic garbage collection, then the
+  allocator's free pages back to the system) and resets the process-wide arithmetic settings BFCL's backends
+  change (mpmath's precision and the decimal context).
+- **clean workers only**: a released worker goes back to the pool only if it reset in time and its memory
+  is back near what it started with (at most ``IDLE_WORKER_MAX_MB`` and a quarter of its cap above it, in
+  address space and in private memory); otherwise it is stopped. The idle workers together may hold at
+  most ``IDLE_POOL_BUDGET_MB`` above their start (the oldest are stopped first) and number at most
+  ``MAX_IDLE_WORKERS``.
 
 Workers are forked from the rollout process after it has imported the backend modules, so a new worker
 costs a fork, not an interpreter start, and shares the process's hash seed (set orders in result texts).
@@ -27,9 +41,12 @@ costs a fork, not an interpreter start, and shares the process's hash seed (set 
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import multiprocessing
 import os
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -40,6 +57,14 @@ from .backends import ERROR_PREFIX
 DEFAULT_MEMORY_LIMIT_MB = 4096
 #: Idle workers kept warm for reuse (more are started on demand and stopped when released).
 MAX_IDLE_WORKERS = 64
+#: A released worker is kept warm only if, after its reset, it maps and holds at most this much (MiB) above
+#: what it did when it started (and at most a quarter of its cap): a worker whose rollout filled its memory
+#: would otherwise give the next, unrelated rollout a fraction of the headroom the cap promises.
+IDLE_WORKER_MAX_MB = 256
+#: What all idle workers together may hold (private MiB above their start); the oldest go first.
+IDLE_POOL_BUDGET_MB = 1024
+#: A replay is sent in messages of at most this many calls (a fresh worker need not receive it all at once).
+REPLAY_CHUNK_CALLS = 64
 
 #: Modules imported before the first worker is forked, so that workers start with the backend classes loaded.
 _PRELOAD = [
@@ -87,12 +112,62 @@ def _reset_process_settings() -> None:
         pass
 
 
-def _mapped_bytes() -> int:
+def _memory(pid: int | str = "self") -> tuple[int, int]:
+    """``(mapped, resident)`` bytes of a process (``(0, 0)`` where ``/proc`` cannot tell)."""
     try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        with open(f"/proc/{pid}/statm") as f:
+            fields = f.read().split()
+        page = os.sysconf("SC_PAGE_SIZE")
+        return int(fields[0]) * page, int(fields[1]) * page
     except (OSError, ValueError, IndexError):
-        return 0
+        return 0, 0
+
+
+def _mapped_bytes() -> int:
+    return _memory()[0]
+
+
+def _footprint() -> tuple[int, int]:
+    """``(mapped, own)`` bytes of this process: own is its private resident memory (pages no longer shared
+    with the process it was forked from), or its resident memory where ``/proc`` does not tell."""
+    mapped, resident = _memory()
+    try:
+        own = 0
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                    own += int(line.split()[1]) * 1024
+        return mapped, own
+    except (OSError, ValueError, IndexError):
+        return mapped, resident
+
+
+#: glibc's ``malloc_trim``, looked up in the parent (a forked worker must not run the dynamic loader: another
+#: thread of the parent may have held its lock at the fork). None until looked up, False without glibc.
+_MALLOC_TRIM = None
+
+
+def _find_malloc_trim():
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        try:
+            _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim
+            _MALLOC_TRIM.argtypes = [ctypes.c_size_t]
+            _MALLOC_TRIM.restype = ctypes.c_int
+        except (OSError, AttributeError):  # pragma: no cover - not glibc
+            _MALLOC_TRIM = False
+    return _MALLOC_TRIM
+
+
+def _free_memory() -> None:
+    """Free what a rollout left: its instances hold reference cycles (a directory tree points back to its
+    parents), which only the cyclic collector frees; then hand the allocator's free pages back."""
+    gc.collect()
+    if _MALLOC_TRIM:
+        try:
+            _MALLOC_TRIM(0)
+        except Exception:  # noqa: BLE001  # pragma: no cover
+            pass
 
 
 def _worker_main(conn, memory_limit_mb: int | None) -> None:
@@ -109,11 +184,17 @@ def _worker_main(conn, memory_limit_mb: int | None) -> None:
             pass
     from .backends import Backends
 
+    # What the fork inherited is never garbage here: out of the collector's sight, a collection neither
+    # scans it (time) nor writes to its pages (which would copy them into this process).
+    gc.freeze()
+    start = _footprint()
     backends = None
     while True:
         try:
             msg = conn.recv()
         except (EOFError, OSError):
+            return
+        except MemoryError:  # a request larger than what is left under the cap: the parent replaces us
             return
         op = msg[0]
         try:
@@ -129,9 +210,10 @@ def _worker_main(conn, memory_limit_mb: int | None) -> None:
             elif op == "instances":
                 conn.send(("ok", backends.instances))
             elif op == "reset":
-                backends = None
+                backends = msg = None
+                _free_memory()
                 _reset_process_settings()
-                conn.send(("ok", None))
+                conn.send(("ok", (start, _footprint())))
             else:
                 return
         except (EOFError, OSError, BrokenPipeError):
@@ -170,10 +252,14 @@ class _Worker:
             self.process.start()
             child.close()
         self.memory_limit_mb = memory_limit_mb
+        self.held = 0  # own (private) bytes above its start, as measured when it was last released
 
     def request(self, msg, timeout: float | None):
         """Send one request and return its ``(status, value)`` reply; ``WorkerDied`` on no reply in time."""
-        self.conn.send(msg)
+        try:
+            self.conn.send(msg)
+        except OSError as exc:
+            raise WorkerDied(f"worker process ended ({exc})") from None
         return self.receive(timeout)
 
     def receive(self, timeout: float | None):
@@ -183,6 +269,12 @@ class _Worker:
             return self.conn.recv()
         except (EOFError, OSError) as exc:
             raise WorkerDied(f"worker process ended ({exc})") from None
+
+    def alive(self) -> bool:
+        try:
+            return self.process.is_alive()
+        except Exception:  # noqa: BLE001
+            return False
 
     def kill(self) -> None:
         try:
@@ -196,12 +288,27 @@ class _Worker:
             pass
 
 
+def _fits(worker: _Worker, report: Any) -> bool:
+    """Whether a worker's memory report after its reset (``((mapped, own) at start, (mapped, own) now)``, see
+    :func:`_footprint`) is within the limits for going back to the pool; records what it holds."""
+    try:
+        (vm0, rss0), (vm, rss) = report
+        grown = max(int(vm) - int(vm0), int(rss) - int(rss0))
+        worker.held = max(0, int(rss) - int(rss0))
+    except (TypeError, ValueError):
+        return False
+    limit_mb = float(IDLE_WORKER_MAX_MB)
+    if worker.memory_limit_mb:
+        limit_mb = min(limit_mb, worker.memory_limit_mb / 4)
+    return grown <= limit_mb * 2**20
+
+
 class WorkerPool:
     """Warm worker processes, each leased to one rollout at a time. One pool per parent process."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._idle: list[_Worker] = []
+        self._idle: list[_Worker] = []  # oldest first
         self._ctx = None
         self._pid = os.getpid()
 
@@ -228,6 +335,7 @@ class WorkerPool:
                     _class_for(class_name)
                 except (ImportError, KeyError):  # pragma: no cover
                     pass
+            _find_malloc_trim()
             methods = multiprocessing.get_all_start_methods()
             self._ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
         return self._ctx
@@ -236,24 +344,39 @@ class WorkerPool:
         with self._lock:
             while self._idle:
                 w = self._idle.pop()
-                if w.process.is_alive() and w.memory_limit_mb == memory_limit_mb:
+                if w.alive() and w.memory_limit_mb == memory_limit_mb:
                     return w
                 w.kill()
             ctx = self._context()
         return _Worker(ctx, memory_limit_mb)
 
     def release(self, worker: _Worker) -> None:
-        """Return a worker after its rollout: reset it and keep it warm, or stop it if that fails."""
+        """Return a worker after its rollout: reset it and keep it warm if it is back within its limits (see
+        the module docstring), else stop it. Keeps the idle workers within the pool's memory budget."""
         try:
-            status, _ = worker.request(("reset",), timeout=5.0)
-            ok = status == "ok"
+            status, report = worker.request(("reset",), timeout=5.0)
+            keep = status == "ok" and _fits(worker, report)
         except Exception:  # noqa: BLE001
-            ok = False
+            keep = False
+        stop = [] if keep else [worker]
         with self._lock:
-            if ok and len(self._idle) < MAX_IDLE_WORKERS and os.getpid() == self._pid:
+            if keep and os.getpid() == self._pid:
                 self._idle.append(worker)
-                return
-        worker.kill()
+                budget = IDLE_POOL_BUDGET_MB * 2**20
+                held = sum(w.held for w in self._idle)
+                while self._idle and (len(self._idle) > MAX_IDLE_WORKERS or held > budget):
+                    oldest = self._idle.pop(0)
+                    held -= oldest.held
+                    stop.append(oldest)
+            elif keep:
+                stop.append(worker)
+        for w in stop:
+            w.kill()
+
+    def idle_memory(self) -> tuple[int, int]:
+        """``(number of idle workers, private bytes they hold above their start)``."""
+        with self._lock:
+            return len(self._idle), sum(w.held for w in self._idle)
 
     def shutdown(self) -> None:
         with self._lock:
@@ -291,7 +414,8 @@ class IsolatedBackends:
 
     Args:
         involved_classes, initial_config, long_context: as for ``Backends``.
-        call_timeout_s: per-call time limit (required: isolation exists to enforce it).
+        call_timeout_s: per-call time limit (required: isolation exists to enforce it). It also bounds, as a
+            whole, the replay that rebuilds the state on a new worker.
         memory_limit_mb: address-space cap of the worker (None: no cap).
     """
 
@@ -304,23 +428,53 @@ class IsolatedBackends:
         self.memory_limit_mb = memory_limit_mb
         self.broken: str | None = None
         self.history: list[str] = []  # calls that completed, in order: replayed to rebuild the state
+        self.replaced = 0  # workers replaced during this rollout (after an overrun or a worker's end)
+        self._leases = 0
         self._box: list = []  # [worker] while one is leased; shared with the finalizer
         self._finalizer = weakref.finalize(self, _release, self._box)
 
     # ------------------------------------------------------------------------------------------------------
     def _worker(self) -> _Worker:
+        """The rollout's worker. A worker that has ended since the last call (killed while idle) is replaced
+        first; a new worker is loaded and then gets the completed calls replayed, within one time limit."""
+        if self._box and not self._box[0].alive():
+            self._discard_worker()
         if not self._box:
             w = pool().acquire(self.memory_limit_mb)
+            self._leases += 1
+            self.replaced = self._leases - 1
             try:
                 status, detail = w.request(self._load, timeout=max(30.0, self.call_timeout_s))
-            except WorkerDied:
+                if status != "ok":
+                    raise RuntimeError(f"tool worker could not build the backends: {detail}")
+                if self.history:
+                    self._replay(w)
+            except BaseException:
                 w.kill()
                 raise
-            if status != "ok":
-                w.kill()
-                raise RuntimeError(f"tool worker could not build the backends: {detail}")
             self._box.append(w)
         return self._box[0]
+
+    def _replay(self, w: _Worker) -> None:
+        """Run the completed calls again on a fresh worker, all of them within ``call_timeout_s``."""
+        deadline = time.monotonic() + self.call_timeout_s
+        history = list(self.history)
+        for i in range(0, len(history), REPLAY_CHUNK_CALLS):
+            chunk = history[i:i + REPLAY_CHUNK_CALLS]
+            try:
+                w.conn.send(("run", chunk))
+            except OSError as exc:
+                raise WorkerDied(f"worker process ended ({exc})") from None
+            for _ in chunk:
+                try:
+                    result = w.receive(max(0.0, deadline - time.monotonic()))
+                except WorkerDied as exc:
+                    if "no reply in time" in str(exc):
+                        raise WorkerDied(f"replaying the {len(history)} earlier calls took longer than "
+                                         f"{self.call_timeout_s:g}s") from None
+                    raise
+                if not (isinstance(result, tuple) and len(result) == 3):
+                    raise WorkerDied(f"worker process failed: {str(result)[:200]}")
 
     def _discard_worker(self) -> None:
         if self._box:
@@ -338,15 +492,24 @@ class IsolatedBackends:
         """Run call strings in order, each under the time limit; ``(text, is_error, executed)`` per call."""
         out: list = []
         pending = list(calls)
+        undelivered = 0  # requests lost to a worker that ended before it read them (bounded retries)
         while pending:
             if self.broken:
                 out.extend((ERROR_PREFIX + self.broken, True, False) for _ in pending)
                 break
             try:
                 w = self._worker()
-                w.conn.send(("run", pending))
             except (WorkerDied, OSError, RuntimeError) as exc:
-                self._close_tools(f"tool backend could not start ({_short(exc)})")
+                what = "be restored" if self.history else "start"
+                self._close_tools(f"tool backend could not {what} ({_short(exc)})")
+                continue
+            try:
+                w.conn.send(("run", pending))
+            except OSError as exc:  # the worker ended before it got the calls: none of them ran
+                self._discard_worker()
+                undelivered += 1
+                if undelivered > 2:
+                    self._close_tools(f"tool backend could not be restored ({_short(exc)})")
                 continue
             done = 0
             failure = None
@@ -377,11 +540,7 @@ class IsolatedBackends:
     def _restore(self) -> None:
         """A fresh worker with the state of the calls completed so far (or the tools closed if that fails)."""
         try:
-            w = self._worker()
-            if self.history:
-                w.conn.send(("run", list(self.history)))
-                for _ in self.history:
-                    w.receive(self.call_timeout_s)
+            self._worker()
         except (WorkerDied, OSError, RuntimeError) as exc:
             self._discard_worker()
             self._close_tools(f"tool backend could not be restored ({_short(exc)})")
@@ -400,15 +559,19 @@ class IsolatedBackends:
         return self._ask("instances")
 
     def _ask(self, op: str):
-        w = self._worker()
-        try:
-            status, value = w.request((op,), timeout=max(30.0, self.call_timeout_s))
-        except WorkerDied:
-            self._discard_worker()
-            raise
-        if status != "ok":
-            raise RuntimeError(f"tool worker: {value}")
-        return value
+        for attempt in range(2):
+            w = self._worker()
+            try:
+                status, value = w.request((op,), timeout=max(30.0, self.call_timeout_s))
+            except WorkerDied as exc:
+                self._discard_worker()
+                if attempt or "no reply in time" in str(exc):
+                    raise
+                continue  # the worker ended: a new one, with the calls replayed, answers instead
+            if status != "ok":
+                raise RuntimeError(f"tool worker: {value}")
+            return value
+        raise WorkerDied("unreachable")  # pragma: no cover
 
 
 def _call_name(call: str) -> str:
