@@ -10,64 +10,27 @@ cannot decode and then cannot render into the next prompt, so ``bfcl generate`` 
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from _replay_server import ReplayServer
 
 #: A tool call bfcl's QwenFCHandler cannot format: ``formatted_prompt += tool_call["name"]`` raises on a dict.
 OBJECT_NAME_CALL = '<tool_call>\n{"name": {"function": "ls"}, "arguments": {}}\n</tool_call>'
 
 
-class CompletionsServer:
-    def __init__(self, model: str, answer: str = OBJECT_NAME_CALL):
-        self.model = model
-        self.answer = answer
-        self.requests = 0
-        self._lock = threading.Lock()
-        outer = self
+class CompletionsServer(ReplayServer):
+    """The replay server's HTTP plumbing (``/v1/models``, request log) on the completions route, one answer."""
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # quiet
-                pass
+    POST_PATH = "/v1/completions"
 
-            def _send(self, code: int, obj) -> None:
-                body = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self):
-                if self.path.rstrip("/") == "/v1/models":
-                    self._send(200, {"object": "list", "data": [{"id": outer.model, "object": "model"}]})
-                else:
-                    self._send(404, {"error": {"message": f"no route {self.path}"}})
-
-            def do_POST(self):
-                req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                if self.path.rstrip("/") != "/v1/completions":
-                    self._send(404, {"error": {"message": f"no route {self.path}"}})
-                    return
-                if req.get("model") != outer.model:
-                    self._send(404, {"error": {"message": f"The model `{req.get('model')}` does not exist."}})
-                    return
-                with outer._lock:
-                    outer.requests += 1
-                self._send(200, {"id": "scripted", "object": "text_completion", "model": outer.model,
-                                 "choices": [{"index": 0, "text": outer.answer, "finish_reason": "stop",
-                                              "logprobs": None}],
-                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+    def __init__(self, model: str, text: str = OBJECT_NAME_CALL):
+        super().__init__({model: {}}, {})
+        self.model, self.text = model, text
         self.port = self.httpd.server_address[1]
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def answer(self, req: dict) -> tuple[int, dict]:
+        with self._lock:
+            self.requests.append(req)
+        if req.get("model") != self.model:
+            return 404, {"error": {"message": f"The model `{req.get('model')}` does not exist."}}
+        return 200, {"id": "scripted", "object": "text_completion", "model": self.model,
+                     "choices": [{"index": 0, "text": self.text, "finish_reason": "stop", "logprobs": None}],
+                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}

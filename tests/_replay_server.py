@@ -19,6 +19,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class ReplayServer:
+    #: the route whose requests :meth:`answer` answers
+    POST_PATH = "/v1/chat/completions"
+
     def __init__(self, scripts: dict, first_user: dict):
         """``first_user``: task id -> the content of its first user message."""
         self.scripts = scripts
@@ -49,7 +52,7 @@ class ReplayServer:
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
 
             def do_POST(self):
-                if self.path.rstrip("/") != "/v1/chat/completions":
+                if self.path.rstrip("/") != outer.POST_PATH:
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
                     return
                 req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))

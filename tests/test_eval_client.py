@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -228,8 +229,11 @@ def test_clear_errors(tasks, tmp_path):
             run_eval(_cfg(srv.url, "served", tmp_path / "d", "fc", ["multi_turn_base_9999"]))
 
 
-def test_ctrl_c_keeps_finished_tasks(tasks, tmp_path):
-    ids = [f"multi_turn_base_{i}" for i in range(6)]
+@contextmanager
+def _cli_past_its_first_result(tasks, tmp_path, n: int):
+    """``seal-verl eval`` on ``n`` tasks of a slow replay server, started as a terminal starts it, once its first
+    result is written; yields ``(ids, out, process, server)``."""
+    ids = [f"multi_turn_base_{i}" for i in range(n)]
     scripts = {"m": {i: to_result(tasks[i], ground_truth_steps(tasks[i]), "fc") for i in ids}}
     with ReplayServer(scripts, _first_user(tasks, ids)) as srv:
         srv.delay_s = 0.3
@@ -243,10 +247,15 @@ def test_ctrl_c_keeps_finished_tasks(tasks, tmp_path):
         deadline = time.time() + 120
         while time.time() < deadline and not (os.path.exists(path) and open(path).read().count("\n") >= 1):
             time.sleep(0.1)
+        yield ids, out, p, srv
+
+
+def test_ctrl_c_keeps_finished_tasks(tasks, tmp_path):
+    with _cli_past_its_first_result(tasks, tmp_path, 6) as (ids, out, p, srv):
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=60)
         assert p.returncode == 130, err[-2000:]
-        kept = [json.loads(x)["id"] for x in open(path)]
+        kept = [json.loads(x)["id"] for x in open(result_path(str(out), "m", "multi_turn_base"))]
         assert 1 <= len(kept) < len(ids)
         srv.delay_s = 0.0
         s = run_eval(_cfg(srv.url, "m", out, "fc", ids))
@@ -519,17 +528,7 @@ def test_every_option_is_checked(args, option, tmp_path, capsys):
 def test_ctrl_c_twice_still_exits_130_and_loses_nothing(tasks, tmp_path):
     """A second Ctrl-C while the first is being handled (saving, scoring) still ends with exit 130, and a
     re-run completes every task."""
-    ids = [f"multi_turn_base_{i}" for i in range(4)]
-    scripts = {"m": {i: to_result(tasks[i], ground_truth_steps(tasks[i]), "fc") for i in ids}}
-    with ReplayServer(scripts, _first_user(tasks, ids)) as srv:
-        srv.delay_s = 0.3
-        out = tmp_path / "run"
-        p = _cli(["--base-url", srv.url, "--model", "m", "--out", str(out), "--ids", *ids, "--concurrency", "1",
-                  "--no-progress"], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-        path = result_path(str(out), "m", "multi_turn_base")
-        deadline = time.time() + 120
-        while time.time() < deadline and not (os.path.exists(path) and open(path).read().count("\n") >= 1):
-            time.sleep(0.1)
+    with _cli_past_its_first_result(tasks, tmp_path, 4) as (ids, out, p, srv):
         p.send_signal(signal.SIGINT)
         time.sleep(0.05)
         if p.poll() is None:

@@ -118,7 +118,8 @@ def _model_server(source: str, model_dir: str, log_path):
     else:
         with CompletionsServer(model_dir) as server:
             yield server.port
-        log_path.write_text(f"scripted completions server: {server.requests} requests, every answer {server.answer!r}\n")
+        log_path.write_text(f"scripted completions server: {len(server.requests)} requests, every answer "
+                            f"{server.text!r}\n")
 
 
 @pytest.fixture(scope="module", params=MODEL_SOURCES)

@@ -165,21 +165,15 @@ def test_paper_reward_is_the_verifier_unchanged():
     turn fails under the project's default reward and passes under the paper's (= BFCL's official verdict)."""
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
-    from env_wrappers.bfcl.env import BFCLEnv
+    from _play import play
+
     from env_wrappers.bfcl.examples import examples
     from env_wrappers.bfcl.tasks import load_tasks
 
     tid, result = examples("json")["spurious_tool_call"]
     task = load_tasks()[tid]
-    env = BFCLEnv(task, call_format="json")
-    env.reset()
-    for turn in result:
-        if env.done:
-            break
-        for step in turn:
-            if env.step(step).turn_done:
-                break
-    extra = {"index": 0, "task_id": tid, "split": "train", "call_format": "json", "seal_trace": env.trace.to_json()}
+    extra = {"index": 0, "task_id": tid, "split": "train", "call_format": "json",
+             "seal_trace": play(task, result, "json").to_json()}
     scores = {}
     for preset in PRESETS:
         _, resolved = _compose(preset=preset)

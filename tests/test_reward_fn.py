@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _play import play
 
 from env_wrappers.bfcl import verifier as verifier_mod
 from env_wrappers.bfcl.env import BFCLEnv
@@ -50,16 +51,7 @@ def tasks():
 
 def rollout(task, result, fmt):
     """Play a ``bfcl generate``-style result through BFCLEnv's live protocol; return the trace."""
-    env = BFCLEnv(task, call_format=fmt)
-    env.reset()
-    for turn in result:
-        if env.done:
-            break
-        for step in turn:
-            if env.step(step).turn_done:
-                break
-    assert env.done
-    return env.trace
+    return play(task, result, fmt)
 
 
 def extra(trace, **more):
