@@ -262,6 +262,24 @@ def test_ctrl_c_keeps_finished_tasks(tasks, tmp_path):
         assert s.n_skipped == len(kept) and s.scores["categories"]["multi_turn_base"]["n_valid"] == 6
 
 
+def test_a_burst_of_ctrl_c_still_exits_130_and_loses_nothing(tasks, tmp_path):
+    """Ctrl-C held down (a signal every few milliseconds until the process ends): the first interrupts the run,
+    every later one lands somewhere in the saving and winding down, and none may turn exit 130 into a death by
+    signal or a traceback (a second Ctrl-C killed the process on a loaded machine)."""
+    with _cli_past_its_first_result(tasks, tmp_path, 4) as (ids, out, p, srv):
+        for _ in range(400):  # at most about 2 s of signals
+            if p.poll() is not None:
+                break
+            p.send_signal(signal.SIGINT)
+            time.sleep(0.005)
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 130, err[-2000:]
+        assert "Traceback" not in err
+        srv.delay_s = 0.0
+        s = run_eval(_cfg(srv.url, "m", out, "fc", ids))
+        assert s.scores["categories"]["multi_turn_base"]["n_valid"] == 4
+
+
 def test_bfcl_id_file_is_read_by_bfcl_generate_loader(tmp_path):
     """`seal-verl bfcl-ids` writes the id file that `bfcl generate --run-ids` reads, with bfcl-eval's own loader."""
     from bfcl_eval.utils import load_test_entries_from_id_file

@@ -114,6 +114,15 @@ def eval_command(args: argparse.Namespace) -> int:
     Exit status: 0 every requested task is in the result files (inference errors included), 2 a bad option,
     server or out folder (one ``error:`` line), 3 some requested task has no result line (named), 130 Ctrl-C.
     """
+    previous, hit = _interrupt_once()
+    try:
+        return _eval_command(args)
+    finally:
+        if not hit:  # after an interrupt Ctrl-C stays ignored while the process winds down
+            _restore_ctrl_c(previous)
+
+
+def _eval_command(args: argparse.Namespace) -> int:
     try:
         from .evaluate import EvalConfig, EvalError, format_scores, run_eval
 
@@ -149,10 +158,40 @@ def eval_command(args: argparse.Namespace) -> int:
         return 130
 
 
+def _interrupt_once():
+    """Ctrl-C interrupts the run once; a further Ctrl-C while the first is handled (the finished tasks being saved,
+    the scores written) is ignored, so it can neither cut the saving short nor turn exit status 130 into a death
+    by signal or a traceback. Returns the handler it replaced (None off the main thread, where none is set) and
+    the list that records the interrupt once it happened.
+
+    A handler, not ``SIG_IGN`` installed once the first ``KeyboardInterrupt`` is caught: a second signal could
+    arrive before that line runs, and it did on a loaded machine."""
+    import signal
+    import threading
+
+    hit: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        return None, hit
+
+    def on_sigint(signum, frame):
+        if hit:
+            return
+        hit.append(signum)
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGINT, on_sigint), hit
+
+
+def _restore_ctrl_c(previous) -> None:
+    import signal
+
+    if previous is not None:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _ignore_further_ctrl_c() -> None:
-    """Once an interrupted run has saved its work, a further Ctrl-C has nothing left to stop: ignore it, so that
-    one arriving while the process winds down (when Python has put the default handler back) cannot turn exit
-    status 130 into a death by signal or a traceback."""
+    """Once an interrupted run has saved its work, a further Ctrl-C has nothing left to stop (the handler of
+    :func:`_interrupt_once` already ignores it; this keeps it ignored while the process winds down)."""
     import signal
     import threading
 
