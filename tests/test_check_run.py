@@ -176,8 +176,11 @@ def _traces(*advantages_per_step):
 def _sync_check_with(rows, traces, parent_rows=None):
     from types import SimpleNamespace
     rep = CHECK.Report()
-    parent = SimpleNamespace(metrics=parent_rows) if parent_rows is not None else None
-    CHECK.check_sync(SimpleNamespace(metrics=rows, traces=traces), rep, True, parent)
+    run = SimpleNamespace(metrics=rows, traces=traces)
+    if parent_rows is None:
+        CHECK.check_sync(run, rep, True)
+    else:
+        CHECK.check_sync(run, rep, True, SimpleNamespace(metrics=parent_rows))
     return rep.items[0]
 
 
