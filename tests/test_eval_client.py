@@ -250,6 +250,16 @@ def _cli_past_its_first_result(tasks, tmp_path, n: int):
         yield ids, out, p, srv
 
 
+def _exited_130_and_a_rerun_completes(p, srv, out, ids) -> None:
+    """The interrupted eval ended with exit 130 and no traceback, and the same run completes every task."""
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    srv.delay_s = 0.0
+    s = run_eval(_cfg(srv.url, "m", out, "fc", ids))
+    assert s.scores["categories"]["multi_turn_base"]["n_valid"] == len(ids)
+
+
 def test_ctrl_c_keeps_finished_tasks(tasks, tmp_path):
     with _cli_past_its_first_result(tasks, tmp_path, 6) as (ids, out, p, srv):
         p.send_signal(signal.SIGINT)
@@ -272,12 +282,7 @@ def test_a_burst_of_ctrl_c_still_exits_130_and_loses_nothing(tasks, tmp_path):
                 break
             p.send_signal(signal.SIGINT)
             time.sleep(0.005)
-        _, err = p.communicate(timeout=60)
-        assert p.returncode == 130, err[-2000:]
-        assert "Traceback" not in err
-        srv.delay_s = 0.0
-        s = run_eval(_cfg(srv.url, "m", out, "fc", ids))
-        assert s.scores["categories"]["multi_turn_base"]["n_valid"] == 4
+        _exited_130_and_a_rerun_completes(p, srv, out, ids)
 
 
 def test_bfcl_id_file_is_read_by_bfcl_generate_loader(tmp_path):
@@ -551,9 +556,4 @@ def test_ctrl_c_twice_still_exits_130_and_loses_nothing(tasks, tmp_path):
         time.sleep(0.05)
         if p.poll() is None:
             p.send_signal(signal.SIGINT)
-        _, err = p.communicate(timeout=60)
-        assert p.returncode == 130, err[-2000:]
-        assert "Traceback" not in err
-        srv.delay_s = 0.0
-        s = run_eval(_cfg(srv.url, "m", out, "fc", ids))
-        assert s.scores["categories"]["multi_turn_base"]["n_valid"] == 4
+        _exited_130_and_a_rerun_completes(p, srv, out, ids)
