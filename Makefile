@@ -1,7 +1,7 @@
 # seal-verl: set-up and the main commands (see README.md).
 #   make test          lean CPU environment (.venv) + the test suite
 #   make run           real SEAL training on CPU through verl's launcher: a warm-started tiny model learns
-#                      (builds .venv-cpu-train first); VARIANT=grpo|no_env_side|... STEPS=N OUT=DIR FORCE=1
+#                      (builds .venv-cpu-train first); VARIANT=grpo|no_env_side|... STEPS=N SEED=N OUT=DIR FORCE=1
 #   make run-grpo      the same run with SEAL switched off (vanilla GRPO), for a step-by-step comparison
 #   make test-cpu-training  real main_ppo runs on CPU (seal, grpo, resumed) + their checks
 #   make test-cpu-two-nodes one real SEAL step on a two-node Ray cluster started on this machine (~4.5 min)

@@ -22,6 +22,8 @@
 #             dataloader and the SEAL closed-loop state); STEPS then counts from the start of the first run
 #   WARM_START=0  train the random tiny model instead (it never passes a task: every advantage is 0)
 #   VAL       train (default: the training tasks, bfcl loop, no cues) | heldout (split_cpu.json's eval tasks)
+#   SEED      the run's seed: vLLM's sampling seed and the data order (default 42, the recipe's); the warm start
+#             is the same for every seed, so runs of different seeds differ only in what the rollouts sample
 #   VERBOSE=1 show verl's whole output on the console too
 #   SEAL_CPU_MODELS  cache of the tiny models (default <repo>/runs/cpu/models; tiny-random, tiny-warm)
 #   SEAL_CPU_MODEL   use this model folder as it is
@@ -39,6 +41,7 @@ OUT="${OUT:-$REPO/runs/cpu/$VARIANT}"
 RESUME_FROM="${RESUME_FROM:-}"
 WARM_START="${WARM_START:-1}"
 VAL="${VAL:-train}"
+SEED="${SEED:-42}"
 MODELS="${SEAL_CPU_MODELS:-$REPO/runs/cpu/models}"
 
 die() { echo "run-cpu: error: $*" >&2; exit 2; }
@@ -48,19 +51,32 @@ fi
 [[ "$STEPS" =~ ^[0-9]+$ ]] && [ "$STEPS" -ge 1 ] || die "STEPS must be a positive integer, got '$STEPS'"
 case "$WARM_START" in 0|1) ;; *) die "WARM_START must be 0 or 1, got '$WARM_START'" ;; esac
 case "$VAL" in train|heldout) ;; *) die "VAL must be train or heldout, got '$VAL'" ;; esac
+[[ "$SEED" =~ ^[0-9]+$ ]] || die "SEED must be a non-negative integer, got '$SEED'"
 if [ -n "$RESUME_FROM" ] && [ ! -d "$RESUME_FROM" ]; then die "RESUME_FROM=$RESUME_FROM is not a folder"; fi
 if [ -z "$RESUME_FROM" ] && [ -e "$OUT/metrics.jsonl" -o -d "$OUT/checkpoints" ] && [ "${FORCE:-0}" != 1 ]; then
   die "$OUT holds the results of an earlier run; pass FORCE=1 to replace them, or OUT=<another folder>"
 fi
 T0=$(date +%s)
 if [ ! -x "$PY" ]; then
-  echo "[run-cpu] no training venv at $VENV: building it (setup_cpu_train_env.sh)"
-  SEAL_CPU_VENV="$VENV" bash "$HERE/setup_cpu_train_env.sh"
+  # The set-up's whole output (pip's) goes to a log next to the venv; the console gets its step lines.
+  SETUP_LOG="${VENV%/}.setup.log"
+  echo "[run-cpu] no training venv at $VENV: building it (setup_cpu_train_env.sh, a few minutes; log: $SETUP_LOG)"
+  set +e
+  SEAL_CPU_VENV="$VENV" bash "$HERE/setup_cpu_train_env.sh" > "$SETUP_LOG" 2>&1 &
+  SETUP_PID=$!
+  tail -n +1 -f "$SETUP_LOG" --pid=$SETUP_PID | grep --line-buffered '^\[setup-cpu-train'
+  wait $SETUP_PID
+  SETUP_RC=$?
+  set -e
+  if [ "$SETUP_RC" != 0 ]; then
+    tail -30 "$SETUP_LOG" >&2
+    die "building the training venv failed (exit $SETUP_RC); the whole output is in $SETUP_LOG"
+  fi
 fi
 T1=$(date +%s)
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
-echo "[run-cpu] variant $VARIANT, $STEPS steps, run dir $OUT"
+echo "[run-cpu] variant $VARIANT, $STEPS steps, seed $SEED, run dir $OUT"
 
 # 1. the model (cached in $MODELS; warm-started unless WARM_START=0) and the data (split_cpu.json)
 MODEL_ARGS=(--models-dir "$MODELS")
@@ -112,6 +128,7 @@ set +e
   recipe.dir="$RECIPE_DIR" recipe.data_dir="$OUT/data" \
   actor_rollout_ref.model.path="$MODEL" \
   trainer.total_training_steps="$STEPS" \
+  actor_rollout_ref.rollout.seed="$SEED" data.seed="$SEED" \
   trainer.default_local_dir="$OUT/checkpoints" \
   seal.run_dir="$OUT" \
   hydra.run.dir="$OUT/hydra" \

@@ -297,9 +297,12 @@ def trajectory_nll(model, rows: list[dict]) -> list[float]:
 def fine_tune(base: str, rows: list[dict], out_model: str, max_epochs: int, lr: float, seed: int,
               target: float) -> list[dict]:
     """transformers' ``Trainer`` on the pre-tokenized rows (batch 1, AdamW, cosine decay over ``max_epochs`` after a
-    one-epoch warm-up), stopped early at the first epoch at which the mean of ``exp(-nll)`` over the tasks (the
-    probability of sampling each ground truth exactly, a lower bound on the pass rate) reaches ``target``, so the
-    model stays partly right rather than memorising. Returns the epoch log."""
+    one-epoch warm-up), with a stopping rule per task: ``exp(-nll)`` of a task's ground truth is the probability of
+    sampling it exactly, a lower bound on its pass rate; once it reaches ``target`` the task leaves the training
+    mix, and training stops when every task has reached it. Each task thus ends partly right rather than one
+    memorised and another never passed: a task the model always fails (or always passes) gives a GRPO group with
+    one outcome, which carries no learning signal (a mean over tasks let one task sit at 0 while another neared 1).
+    Returns the epoch log."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainerCallback, TrainingArguments
 
@@ -315,8 +318,13 @@ def fine_tune(base: str, rows: list[dict], out_model: str, max_epochs: int, lr: 
     # what the stopping rule measures: each task under the first (initial) interface it was rendered under
     probe = [rs[0] for rs in by_task.values()]
 
+    #: the tasks still below the target (all of them at first); the rest have left the training mix
+    active = list(order)
+
     class OneInterfacePerTask(torch.utils.data.Dataset):
-        """Item i: task i's ground truth under an interface drawn at random (seeded) each time it is read."""
+        """Item i: the ground truth of the i-th task still being trained (cycling over them), under an interface
+        drawn at random (seeded) each time it is read. The length stays one item per task, so an epoch is the
+        same number of optimizer steps whatever is left."""
 
         def __init__(self):
             self.rng = random.Random(seed)
@@ -325,7 +333,7 @@ def fine_tune(base: str, rows: list[dict], out_model: str, max_epochs: int, lr: 
             return len(order)
 
         def __getitem__(self, i):
-            r = self.rng.choice(by_task[order[i]])
+            r = self.rng.choice(by_task[active[i % len(active)]])
             return {"input_ids": r["input_ids"], "labels": r["labels"]}
 
     data = OneInterfacePerTask()
@@ -342,12 +350,16 @@ def fine_tune(base: str, rows: list[dict], out_model: str, max_epochs: int, lr: 
             nll = trajectory_nll(model, probe)
             predicted = [math.exp(-x) for x in nll]
             mean = sum(predicted) / len(predicted)
+            reached = [t for t, p in zip(order, predicted) if p >= target]
             log.append({"epoch": int(round(state.epoch or 0)), "nll": [round(x, 3) for x in nll],
-                        "predicted_pass_rate": round(mean, 4)})
+                        "predicted_pass_rate": round(mean, 4), "reached": len(reached)})
             print(f"[warm-start] epoch {int(round(state.epoch or 0)):3d}  trajectory NLL "
-                  f"{min(nll):6.2f}..{max(nll):6.2f}  predicted pass rate {mean:.2f} (target {target:.2f})", flush=True)
-            if mean >= target:
+                  f"{min(nll):6.2f}..{max(nll):6.2f}  predicted pass rate {min(predicted):.2f}..{max(predicted):.2f} "
+                  f"(target {target:.2f} per task; {len(reached)}/{len(order)} there)", flush=True)
+            if len(reached) == len(order):
                 control.should_training_stop = True
+            else:
+                active[:] = [t for t in order if t not in reached]
             return control
 
     args = TrainingArguments(
@@ -496,8 +508,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--epochs", type=int, default=DEFAULTS["epochs"],
                    help="at most this many passes over the tasks (default: %(default)s)")
     p.add_argument("--target", type=float, default=DEFAULTS["target"],
-                   help="stop once the mean predicted pass rate, exp(-NLL of each ground-truth trajectory), reaches "
-                        "this (default: %(default)s)")
+                   help="a task leaves the training mix once its predicted pass rate, exp(-NLL of its ground-truth "
+                        "trajectory), reaches this; training stops when every task has (default: %(default)s)")
     p.add_argument("--lr", type=float, default=DEFAULTS["lr"], help="AdamW learning rate (default: %(default)s)")
     p.add_argument("--samples", type=int, default=DEFAULTS["samples"],
                    help="rollouts per task for the pass rate before RL; 0 skips it (default: %(default)s)")
