@@ -294,6 +294,16 @@ def trajectory_nll(model, rows: list[dict]) -> list[float]:
     return out
 
 
+def tasks_to_train(order: list[str], predicted: list[float], target: float) -> list[str]:
+    """The tasks whose predicted pass rate is still below ``target``, in ``order``; training stops when none is.
+
+    The rule is per task, not on the mean: a mean at the target can hide a task near 0 behind one near 1, and each
+    of them gives GRPO groups of a single outcome, hence no learning signal."""
+    if len(order) != len(predicted):
+        raise WarmStartError(f"{len(order)} tasks but {len(predicted)} predicted pass rates")
+    return [t for t, p in zip(order, predicted) if not p >= target]
+
+
 def fine_tune(base: str, rows: list[dict], out_model: str, max_epochs: int, lr: float, seed: int,
               target: float) -> list[dict]:
     """transformers' ``Trainer`` on the pre-tokenized rows (batch 1, AdamW, cosine decay over ``max_epochs`` after a
@@ -350,16 +360,16 @@ def fine_tune(base: str, rows: list[dict], out_model: str, max_epochs: int, lr: 
             nll = trajectory_nll(model, probe)
             predicted = [math.exp(-x) for x in nll]
             mean = sum(predicted) / len(predicted)
-            reached = [t for t, p in zip(order, predicted) if p >= target]
+            still = tasks_to_train(order, predicted, target)
             log.append({"epoch": int(round(state.epoch or 0)), "nll": [round(x, 3) for x in nll],
-                        "predicted_pass_rate": round(mean, 4), "reached": len(reached)})
+                        "predicted_pass_rate": round(mean, 4), "reached": len(order) - len(still)})
             print(f"[warm-start] epoch {int(round(state.epoch or 0)):3d}  trajectory NLL "
                   f"{min(nll):6.2f}..{max(nll):6.2f}  predicted pass rate {min(predicted):.2f}..{max(predicted):.2f} "
-                  f"(target {target:.2f} per task; {len(reached)}/{len(order)} there)", flush=True)
-            if len(reached) == len(order):
-                control.should_training_stop = True
+                  f"(target {target:.2f} per task; {len(order) - len(still)}/{len(order)} there)", flush=True)
+            if still:
+                active[:] = still
             else:
-                active[:] = [t for t in order if t not in reached]
+                control.should_training_stop = True
             return control
 
     args = TrainingArguments(
