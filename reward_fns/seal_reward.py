@@ -46,6 +46,7 @@ unknown option.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Optional
 
 from env_wrappers.registry import get_environment
@@ -55,7 +56,7 @@ from seal_verl.profile import trajectory_profile
 from seal_verl.trace import Trace
 
 __all__ = ["compute_score", "grade", "TRACE_KEY", "TASK_ID_KEY", "ENV_KEY", "PROFILE_PREFIX", "RESULT_KEYS",
-           "DEFAULTS"]
+           "DEFAULTS", "RewardOptions"]
 
 #: ``extra_info`` key of the rollout's trace (``Trace.to_json()``), set by the agent loop's extra_fields.
 TRACE_KEY = "seal_trace"
@@ -69,8 +70,24 @@ RESULT_KEYS: tuple[str, ...] = (
     "score", "acc", "seal_labels", "seal_abstention", "seal_category", "seal_task_id", "seal_checker_error",
     "seal_cue_tokens",
 ) + tuple(PROFILE_PREFIX + k for k in tx.PROFILE_KEYS)
-#: Option defaults (DESIGN 2.7: the training reward fails spurious calls; dense credit is off).
-DEFAULTS: dict[str, bool] = {"strict_abstention": True, "dense_credit": False}
+
+
+@dataclass(frozen=True)
+class RewardOptions:
+    """The reward function's options (``reward.custom_reward_function.reward_kwargs``) and their one default.
+
+    Attributes:
+        strict_abstention: a tool-call attempt on an abstention turn fails the task for ``score`` (DESIGN 2.7);
+            ``acc`` keeps the official semantics either way.
+        dense_credit: a failing task scores the share of its checked turns that pass, instead of 0.
+    """
+
+    strict_abstention: bool = True
+    dense_credit: bool = False
+
+
+#: Option defaults as a dict (from :class:`RewardOptions`).
+DEFAULTS: dict[str, bool] = asdict(RewardOptions())
 #: Keyword arguments verl's reward managers may pass that this function does not use.
 _VERL_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
 
@@ -92,7 +109,7 @@ def _options(who: str, kwargs: dict) -> dict[str, bool]:
             f"{who}: unknown option(s) {unknown}; allowed reward_kwargs: {', '.join(DEFAULTS)}, {ENV_KEY} "
             "(reward.custom_reward_function.reward_kwargs)"
         )
-    return {k: _flag(who, k, kwargs.get(k, v)) for k, v in DEFAULTS.items()}
+    return {f.name: _flag(who, f.name, kwargs.get(f.name, f.default)) for f in fields(RewardOptions)}
 
 
 def _load_trace(who: str, extra_info: Any) -> Trace:

@@ -25,12 +25,13 @@ echo values at all, so nothing can leak an answer. This module imports neither v
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Optional
 
 from seal_verl import schema as sc
 from seal_verl import taxonomy as tx
 from seal_verl import trace as tr
+from seal_verl.options import from_mapping
 
 __all__ = [
     "FAMILIES",
@@ -207,12 +208,7 @@ class InterfaceConfig:
         Args:
             d: field values; ``None`` or ``{}`` gives the defaults.
         """
-        d = dict(d or {})
-        allowed = [f.name for f in fields(cls)]
-        unknown = sorted(set(d) - set(allowed))
-        if unknown:
-            raise ValueError(f"unknown interface option(s) {unknown}; allowed keys: {', '.join(allowed)}")
-        return cls(**d).validate()
+        return from_mapping(cls, d, "interface option").validate()
 
 
 @dataclass
