@@ -46,13 +46,14 @@ unknown option.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from typing import Any, Optional
 
 from env_wrappers.registry import get_environment
 from seal_verl import taxonomy as tx
 from seal_verl.diagnosis import diagnose
 from seal_verl.profile import trajectory_profile
+from seal_verl.settings import RewardOptions
 from seal_verl.trace import Trace
 
 __all__ = ["compute_score", "grade", "TRACE_KEY", "TASK_ID_KEY", "ENV_KEY", "PROFILE_PREFIX", "RESULT_KEYS",
@@ -71,22 +72,7 @@ RESULT_KEYS: tuple[str, ...] = (
     "seal_cue_tokens",
 ) + tuple(PROFILE_PREFIX + k for k in tx.PROFILE_KEYS)
 
-
-@dataclass(frozen=True)
-class RewardOptions:
-    """The reward function's options (``reward.custom_reward_function.reward_kwargs``) and their one default.
-
-    Attributes:
-        strict_abstention: a tool-call attempt on an abstention turn fails the task for ``score`` (DESIGN 2.7);
-            ``acc`` keeps the official semantics either way.
-        dense_credit: a failing task scores the share of its checked turns that pass, instead of 0.
-    """
-
-    strict_abstention: bool = True
-    dense_credit: bool = False
-
-
-#: Option defaults as a dict (from :class:`RewardOptions`).
+#: Option defaults as a dict (from :class:`seal_verl.settings.RewardOptions`, their one source).
 DEFAULTS: dict[str, bool] = asdict(RewardOptions())
 #: Keyword arguments verl's reward managers may pass that this function does not use.
 _VERL_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})

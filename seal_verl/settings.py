@@ -20,7 +20,7 @@ from seal_verl.interface import InterfaceConfig
 from seal_verl.loop import SealSwitches
 from seal_verl.weighting import WeightingConfig
 
-__all__ = ["StateActorConfig", "SealSettings", "field_rows", "markdown_table"]
+__all__ = ["StateActorConfig", "SealSettings", "RewardOptions", "field_rows", "markdown_table"]
 
 #: Ray resource names that are not custom resources (Ray takes them as separate options).
 _BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
@@ -110,6 +110,23 @@ class SealSettings:
             "run_dir": self.run_dir,
             "state_actor": dataclasses.asdict(self.state_actor),
         }
+
+
+@dataclass(frozen=True)
+class RewardOptions:
+    """The reward function's options (``reward.custom_reward_function.reward_kwargs``; ``reward_fns/``).
+
+    Here rather than beside the reward function because verl loads that file by path, outside
+    ``sys.modules``, where a dataclass cannot be defined.
+
+    Attributes:
+        strict_abstention: a tool-call attempt on an abstention turn fails the task for ``score`` (DESIGN 2.7);
+            ``acc`` keeps the official semantics either way.
+        dense_credit: a failing task scores the share of its checked turns that pass, instead of 0.
+    """
+
+    strict_abstention: bool = True
+    dense_credit: bool = False
 
 
 def _type_name(tp: Any) -> str:

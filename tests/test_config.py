@@ -9,9 +9,9 @@ import re
 import pytest
 import yaml
 
-from reward_fns.seal_reward import DEFAULTS, RewardOptions
+from reward_fns.seal_reward import DEFAULTS
 from seal_verl.interface import InterfaceConfig
-from seal_verl.settings import SealSettings, field_rows
+from seal_verl.settings import RewardOptions, SealSettings, field_rows
 from seal_verl.verl_glue.config import SealConfigError, parse_seal_config
 from seal_verl.weighting import WeightingConfig
 
