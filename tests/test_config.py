@@ -106,3 +106,17 @@ def test_settings_are_the_cores_own_classes():
     cfg = parse_seal_config({"interface": {"patience": 3}})
     assert isinstance(cfg, SealSettings) and isinstance(cfg.interface, InterfaceConfig)
     assert cfg.interface.patience == 3 and cfg.weighting.rho_clip == (0.1, 5.0)
+
+
+def test_a_parsed_section_is_the_callers_own_copy():
+    """The glue caches parsed sections (the agent loops parse one per rollout); a caller that changes its
+    copy changes nobody else's."""
+    first = parse_seal_config({"weighting": {"alpha": 2.0}})
+    first.weighting.alpha = 9.0
+    first.weighting.rho["pass"] = 4.0
+    again = parse_seal_config({"weighting": {"alpha": 2.0}})
+    assert again.weighting.alpha == 2.0 and again.weighting.rho["pass"] == 1.0
+    with pytest.raises(SealConfigError):  # errors are raised every time, never cached away
+        parse_seal_config({"weighting": {"alpha": -1}})
+    with pytest.raises(SealConfigError):
+        parse_seal_config({"weighting": {"alpha": -1}})
