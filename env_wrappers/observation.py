@@ -58,6 +58,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Optional
 
+from seal_verl import cues as cue_text
 from seal_verl import interface as omega
 from seal_verl import taxonomy as tx
 from seal_verl.trace import CallRecord
@@ -198,14 +199,14 @@ class SealObservationWrapper:
             return msgs
         cues: list[tuple[str, str]] = []
         if omega.SCHEMA_CONSTRAINTS in self.kinds:
-            cues.append(("schema", omega.schema_cue(self.env.tools(), max_chars=self.max_schema_chars)))
+            cues.append(("schema", cue_text.schema_cue(self.env.tools(), max_chars=self.max_schema_chars)))
         if omega.CALL_FORMAT in self.kinds:
             fmt = getattr(self.env, "call_format", None)
-            if fmt in omega.CALL_FORMATS:  # replay formats (fc, auto) have no syntax to describe
-                cues.append(("schema", omega.call_format_cue(fmt, max_chars=self.max_chars)))
+            if fmt in cue_text.CALL_FORMATS:  # replay formats (fc, auto) have no syntax to describe
+                cues.append(("schema", cue_text.call_format_cue(fmt, max_chars=self.max_chars)))
         cap_kinds = self.kinds & set(omega.kinds_in_family(omega.CAPABILITY))
         if cap_kinds:
-            cues.append(("capability", omega.capability_cue(self.prevalence, cap_kinds, max_chars=self.max_chars)))
+            cues.append(("capability", cue_text.capability_cue(self.prevalence, cap_kinds, max_chars=self.max_chars)))
         return self._add_to_messages(msgs, [(f, t) for f, t in cues if t])
 
     def step(self, message: Any) -> Any:
@@ -278,7 +279,7 @@ class SealObservationWrapper:
             self._pending = []
             revealed = list(getattr(result, "revealed_tools", None) or [])
             if revealed and omega.SCHEMA_CONSTRAINTS in self.kinds and self.cfg.proactive_cues:
-                cues.append(("schema", omega.schema_cue(revealed, max_chars=self.max_schema_chars)))
+                cues.append(("schema", cue_text.schema_cue(revealed, max_chars=self.max_schema_chars)))
             cues = [(f, t) for f, t in cues if t]
             if cues:
                 if out is result:
@@ -294,7 +295,7 @@ class SealObservationWrapper:
         if rec.name is not None and rec.available:
             schema = next((t for t in tools if _tool_name(t) == rec.name), None)
         names = [n for n in (_tool_name(t) for t in tools) if n]
-        return omega.error_cue(rec, schema, set(self.kinds), available_names=names,
+        return cue_text.error_cue(rec, schema, set(self.kinds), available_names=names,
                                max_chars=self.max_chars if max_chars is None else max_chars)
 
     def _add_to_messages(self, msgs: list[dict], cues: list[tuple[str, str]]) -> list[dict]:

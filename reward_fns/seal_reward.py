@@ -46,16 +46,18 @@ unknown option.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, fields
 from typing import Any, Optional
 
 from env_wrappers.registry import get_environment
 from seal_verl import taxonomy as tx
 from seal_verl.diagnosis import diagnose
 from seal_verl.profile import trajectory_profile
+from seal_verl.settings import RewardOptions
 from seal_verl.trace import Trace
 
 __all__ = ["compute_score", "grade", "TRACE_KEY", "TASK_ID_KEY", "ENV_KEY", "PROFILE_PREFIX", "RESULT_KEYS",
-           "DEFAULTS"]
+           "DEFAULTS", "RewardOptions"]
 
 #: ``extra_info`` key of the rollout's trace (``Trace.to_json()``), set by the agent loop's extra_fields.
 TRACE_KEY = "seal_trace"
@@ -69,8 +71,9 @@ RESULT_KEYS: tuple[str, ...] = (
     "score", "acc", "seal_labels", "seal_abstention", "seal_category", "seal_task_id", "seal_checker_error",
     "seal_cue_tokens",
 ) + tuple(PROFILE_PREFIX + k for k in tx.PROFILE_KEYS)
-#: Option defaults (DESIGN 2.7: the training reward fails spurious calls; dense credit is off).
-DEFAULTS: dict[str, bool] = {"strict_abstention": True, "dense_credit": False}
+
+#: Option defaults as a dict (from :class:`seal_verl.settings.RewardOptions`, their one source).
+DEFAULTS: dict[str, bool] = asdict(RewardOptions())
 #: Keyword arguments verl's reward managers may pass that this function does not use.
 _VERL_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
 
@@ -92,7 +95,7 @@ def _options(who: str, kwargs: dict) -> dict[str, bool]:
             f"{who}: unknown option(s) {unknown}; allowed reward_kwargs: {', '.join(DEFAULTS)}, {ENV_KEY} "
             "(reward.custom_reward_function.reward_kwargs)"
         )
-    return {k: _flag(who, k, kwargs.get(k, v)) for k, v in DEFAULTS.items()}
+    return {f.name: _flag(who, f.name, kwargs.get(f.name, f.default)) for f in fields(RewardOptions)}
 
 
 def _load_trace(who: str, extra_info: Any) -> Trace:

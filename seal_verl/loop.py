@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from seal_verl.atomic import FileContentError, atomic_write_text, read_json_object
+from seal_verl.options import from_mapping
 from seal_verl import taxonomy as tx
 from seal_verl.interface import (
     CUE_KINDS,
@@ -83,15 +84,11 @@ class SealSwitches:
         Args:
             d: switch values; ``None`` or ``{}`` gives the full method.
         """
-        d = dict(d or {})
-        allowed = [f.name for f in fields(cls)]
-        unknown = sorted(set(d) - set(allowed))
-        if unknown:
-            raise ValueError(f"unknown SEAL switch(es) {unknown}; allowed keys: {', '.join(allowed)}")
-        for k, v in d.items():
+        switches = from_mapping(cls, d, "SEAL switch")
+        for k, v in switches.to_dict().items():
             if not isinstance(v, bool):
                 raise ValueError(f"SEAL switch {k!r} must be a boolean, got {v!r}")
-        return cls(**d)
+        return switches
 
 
 def effective_interface_config(switches: SealSwitches, cfg: InterfaceConfig) -> InterfaceConfig:

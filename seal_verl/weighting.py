@@ -11,10 +11,11 @@ can be used by torch-free code such as the closed loop and offline analysis.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Optional
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from seal_verl import taxonomy as tx
+from seal_verl.options import from_mapping
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
@@ -57,7 +58,9 @@ class WeightingConfig:
             profile is still uninformed.
         rho: the utility table, keys from ``taxonomy.PROFILE_KEYS``; missing keys take
             ``taxonomy.DEFAULT_RHO``. Serves as the base table of dynamic rho.
-        dynamic: adapt rho across steps from C_t (``update_rho``); static otherwise.
+        dynamic: adapt rho across steps from C_t (``update_rho``), as the reference code does; static
+            otherwise. On by default everywhere (core, recipe, dry run); the paper's static table is
+            ``preset=paper`` (docs/paper_settings.md).
         alpha: strength of the dynamic adjustment (>= 0).
         beta: EMA rate of dynamic rho, in (0, 1].
         n_conf: number of trajectories carrying a label needed for full confidence in its statistics (>= 1);
@@ -69,12 +72,12 @@ class WeightingConfig:
     w_max: float = 2.0
     apply_to: str = "all"
     warmup_steps: int = 0
-    rho: dict = field(default_factory=lambda: dict(tx.DEFAULT_RHO))
-    dynamic: bool = False
+    rho: Dict[str, float] = field(default_factory=lambda: dict(tx.DEFAULT_RHO))
+    dynamic: bool = True
     alpha: float = 1.0
     beta: float = 0.25
     n_conf: int = 32
-    rho_clip: tuple = (0.1, 5.0)
+    rho_clip: Tuple[float, float] = (0.1, 5.0)
 
     def validate(self) -> "WeightingConfig":
         """Check every field; raise ``ValueError`` with a message naming the field and the allowed range.
@@ -137,15 +140,11 @@ class WeightingConfig:
                 the allowed keys, so a misspelt option does not silently fall back to its default.
         """
         d = dict(d or {})
-        allowed = [f.name for f in fields(cls)]
-        unknown = sorted(set(d) - set(allowed))
-        if unknown:
-            raise ValueError(f"unknown weighting option(s) {unknown}; allowed keys: {', '.join(allowed)}")
-        if "rho" in d and d["rho"] is not None:
+        if d.get("rho") is not None:
             d["rho"] = dict(d["rho"])
-        if "rho_clip" in d and d["rho_clip"] is not None and not isinstance(d["rho_clip"], (str, bytes)):
+        if d.get("rho_clip") is not None and not isinstance(d["rho_clip"], (str, bytes)):
             d["rho_clip"] = tuple(d["rho_clip"])
-        return cls(**d).validate()
+        return from_mapping(cls, d, "weighting option").validate()
 
 
 def trajectory_weight(profile: dict[str, float], rho: dict[str, float], w_min: float, w_max: float) -> float:

@@ -23,7 +23,7 @@ import pytest
 
 from env_wrappers.bfcl.judge import judge_result
 from env_wrappers.bfcl.perturb import KINDS, ground_truth_steps, perturb, to_result
-from env_wrappers.bfcl.tasks import CATEGORIES, load_tasks
+from env_wrappers.bfcl.tasks import CATEGORIES
 from env_wrappers.bfcl.verifier import verify
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_official_checker.py")
@@ -80,11 +80,6 @@ def _run_official(cases, tmp_path):
     for t in threads:
         t.start()
     return replies, errors, threads
-
-
-@pytest.fixture(scope="module")
-def tasks():
-    return load_tasks()
 
 
 def test_verify_agrees_with_official_checker(tasks, tmp_path):

@@ -8,12 +8,7 @@ import pytest
 from env_wrappers.bfcl.backends import Backends
 from env_wrappers.bfcl.env import REVEAL_MESSAGE, BFCLEnv
 from env_wrappers.bfcl.schema import to_openai_tool
-from env_wrappers.bfcl.tasks import CATEGORIES, load_split, load_tasks
-
-
-@pytest.fixture(scope="module")
-def tasks():
-    return load_tasks()
+from env_wrappers.bfcl.tasks import CATEGORIES, load_split
 
 
 def test_all_800_tasks_and_split(tasks):

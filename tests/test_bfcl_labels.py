@@ -4,7 +4,6 @@ import pytest
 
 from env_wrappers.bfcl.examples import examples
 from env_wrappers.bfcl.judge import judge_result, judge_trace, replay_result
-from env_wrappers.bfcl.tasks import load_tasks
 from env_wrappers.bfcl import verifier as verifier_mod
 
 EXPECTED = {
@@ -20,11 +19,6 @@ EXPECTED = {
     "spurious_tool_call": (True, ["pass", "pass", "spurious_tool_call", "pass", "pass"]),
     "hidden_function_called": (False, ["pass", "invalid_tool_call", "pass", "pass", "pass"]),
 }
-
-
-@pytest.fixture(scope="module")
-def tasks():
-    return load_tasks()
 
 
 @pytest.mark.parametrize("fmt", ["json", "python", "fc"])

@@ -9,13 +9,7 @@ import pytest
 
 from env_wrappers.bfcl.examples import examples
 from env_wrappers.bfcl.perturb import ground_truth_steps, to_result
-from env_wrappers.bfcl.tasks import load_tasks
 from seal_verl.cli import main
-
-
-@pytest.fixture(scope="module")
-def tasks():
-    return load_tasks()
 
 
 def _write(path, lines):

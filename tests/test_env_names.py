@@ -201,7 +201,7 @@ def test_docs_say_what_an_author_needs():
     from seal_verl import taxonomy as tx
     from seal_verl import trace as tr
     from seal_verl.diagnosis import TurnCheck
-    from seal_verl.interface import CALL_FORMATS
+    from seal_verl.cues import CALL_FORMATS
 
     with open(DOC) as f:
         doc = f.read()

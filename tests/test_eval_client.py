@@ -28,7 +28,7 @@ from env_wrappers.bfcl.examples import examples
 from env_wrappers.bfcl.openai_http import ChatClient, ServerError
 from env_wrappers.bfcl.judge import judge_result
 from env_wrappers.bfcl.perturb import KINDS, ground_truth_steps, perturb, to_result
-from env_wrappers.bfcl.tasks import CATEGORIES, load_split, load_tasks
+from env_wrappers.bfcl.tasks import CATEGORIES, load_split
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _replay_server import RawServer, ReplayServer, chat_body, http_answer, models_body  # noqa: E402
@@ -40,11 +40,6 @@ SCORER = os.path.join(HERE, "_official_scorer.py")
 FORMATS = ("fc", "json", "python")
 ALL_LABELS = {"pass", "invalid_tool_call", "argument_mismatch", "state_mismatch", "recovery_failure",
               "missing_tool_call", "response_mismatch", "spurious_tool_call"}
-
-
-@pytest.fixture(scope="module")
-def tasks():
-    return load_tasks()
 
 
 def _first_user(tasks, ids):

@@ -6,22 +6,17 @@ import re
 import pytest
 
 from seal_verl import taxonomy as tx
+from seal_verl.cues import TRUNCATION_MARKER, call_format_cue, capability_cue, cue_stats, error_cue, schema_cue
 from seal_verl.interface import (
     CUE_KINDS,
     FAMILIES,
-    TRUNCATION_MARKER,
     InterfaceConfig,
     InterfaceState,
     active_families,
     active_kinds,
-    call_format_cue,
-    capability_cue,
-    cue_stats,
-    error_cue,
     evolve,
     initial_state,
     kinds_in_family,
-    schema_cue,
 )
 from seal_verl.trace import PARSE_BAD_STRUCTURE, PARSE_BAD_SYNTAX, PARSE_NON_LITERAL, CallRecord
 

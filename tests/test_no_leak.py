@@ -32,6 +32,7 @@ from env_wrappers.bfcl.calls import canonical_call, split_call
 from env_wrappers.bfcl.env import BFCLEnv
 from env_wrappers.bfcl.tasks import load_split, load_tasks
 from env_wrappers.observation import HINT_PREFIX, PREVIOUS_TURN_PREFIX, SealObservationWrapper
+from seal_verl import cues as cue_text
 from seal_verl import interface as omega
 from seal_verl import trace as tr
 
@@ -120,15 +121,15 @@ class Secrets:
 
 def _constant_wording() -> str:
     """Everything the renderers can say that does not depend on the task (dummy names, all branches)."""
-    parts = [HINT_PREFIX, PREVIOUS_TURN_PREFIX, omega.schema_cue([{"name": "f", "parameters": {}}])]
-    parts += [omega.call_format_cue(f) for f in omega.CALL_FORMATS]
-    parts.append(omega.capability_cue({}, set(omega.CUE_KINDS), max_chars=10_000))
+    parts = [HINT_PREFIX, PREVIOUS_TURN_PREFIX, cue_text.schema_cue([{"name": "f", "parameters": {}}])]
+    parts += [cue_text.call_format_cue(f) for f in cue_text.CALL_FORMATS]
+    parts.append(cue_text.capability_cue({}, set(omega.CUE_KINDS), max_chars=10_000))
     kinds = set(omega.CUE_KINDS)
     recs = [tr.CallRecord(parse_status=s) for s in (tr.PARSE_BAD_SYNTAX, tr.PARSE_BAD_STRUCTURE, tr.PARSE_NON_LITERAL,
                                                     tr.PARSE_BAD_NAME, tr.PARSE_TOO_LARGE, "other")]
     recs.append(tr.CallRecord(name="f", available=False))
     recs.append(tr.CallRecord(name="f", available=True, schema_errors=["x"], is_error=True))
-    parts += [omega.error_cue(r, None, kinds, available_names=["g"], max_chars=10_000) for r in recs]
+    parts += [cue_text.error_cue(r, None, kinds, available_names=["g"], max_chars=10_000) for r in recs]
     return "\n".join(parts)
 
 
@@ -384,7 +385,7 @@ def test_no_cue_leaks_ground_truth_on_all_training_tasks(train_tasks):
 
 def test_checker_catches_a_leaky_renderer(train_tasks, monkeypatch):
     """Negative control: an error cue that echoes the call's argument values is flagged."""
-    real = omega.error_cue
+    real = cue_text.error_cue
 
     def leaky(call, tool, kind_active, available_names=None, max_chars=600):
         text = real(call, tool, kind_active, available_names, max_chars)
@@ -392,7 +393,7 @@ def test_checker_catches_a_leaky_renderer(train_tasks, monkeypatch):
             text += " Try: " + json.dumps(call.arguments)
         return text
 
-    monkeypatch.setattr(omega, "error_cue", leaky)
+    monkeypatch.setattr(cue_text, "error_cue", leaky)
     failures: list = []
     stats = _new_stats()
     for i, tid in enumerate(list(train_tasks)[:40]):

@@ -20,6 +20,7 @@ from env_wrappers.observation import (
     SealObservationWrapper,
     empty_cue_stats,
 )
+from seal_verl import cues as cue_text
 from seal_verl import interface as omega
 from seal_verl.trace import Attempt, CallRecord
 
@@ -439,14 +440,14 @@ def test_no_closed_loop_does_not_rank_capability_reminders(tasks):
                        {"spurious_tool_call": 0.0, "missing_tool_call": 0.9}):
         w = SealObservationWrapper(BFCLEnv(tasks[BASE]), state(*kinds), fixed, prevalence)
         assert w.prevalence == {}
-        texts.append(omega.capability_cue(w.prevalence, set(kinds) & w.kinds))
+        texts.append(cue_text.capability_cue(w.prevalence, set(kinds) & w.kinds))
     assert texts[0] == texts[1] == texts[2]
     # with the closed loop the same rates do reorder them
     a = SealObservationWrapper(BFCLEnv(tasks[BASE]), state(*kinds), omega.InterfaceConfig(),
                                {"spurious_tool_call": 0.9})
     b = SealObservationWrapper(BFCLEnv(tasks[BASE]), state(*kinds), omega.InterfaceConfig(),
                                {"missing_tool_call": 0.9})
-    assert omega.capability_cue(a.prevalence, set(kinds)) != omega.capability_cue(b.prevalence, set(kinds))
+    assert cue_text.capability_cue(a.prevalence, set(kinds)) != cue_text.capability_cue(b.prevalence, set(kinds))
 
 
 # ----------------------------------------------------------------------------------------------------------

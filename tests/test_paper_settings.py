@@ -233,10 +233,10 @@ def test_deviation_table_matches_the_recipe():
 
     assert {k for k in tx.PROFILE_KEYS if k not in TABLE_6} == {
         k.rsplit(".", 1)[1] for k in checked if k.startswith("seal.weighting.rho.")}
-    # the text's claim about the core: static rho unless the recipe turns it on
+    # the text's claim about the core: dynamic rho is the one default, in the core as in the recipe
     from seal_verl.weighting import WeightingConfig
 
-    assert WeightingConfig().dynamic is False
+    assert WeightingConfig().dynamic is True
 
 
 def test_no_switch_rows_name_what_exists():

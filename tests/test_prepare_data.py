@@ -8,15 +8,10 @@ import pandas as pd
 import pytest
 
 from env_wrappers.bfcl.prepare_data import EVAL_AGENT, TRAIN_AGENT, build_rows, prepare_data, read_split_file
-from env_wrappers.bfcl.tasks import CATEGORIES, load_split, load_tasks
+from env_wrappers.bfcl.tasks import CATEGORIES, load_split
 from seal_verl.cli import main as cli_main
 
 COLUMNS = {"data_source", "agent_name", "prompt", "ability", "reward_model", "extra_info"}
-
-
-@pytest.fixture(scope="module")
-def tasks():
-    return load_tasks()
 
 
 @pytest.fixture(scope="module")

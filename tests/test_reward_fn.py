@@ -14,7 +14,6 @@ from env_wrappers.bfcl import verifier as verifier_mod
 from env_wrappers.bfcl.env import BFCLEnv
 from env_wrappers.bfcl.examples import examples
 from env_wrappers.bfcl.perturb import ground_truth_steps, perturb, render_step
-from env_wrappers.bfcl.tasks import load_tasks
 from seal_verl import taxonomy as tx
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,11 +41,6 @@ EXPECTED_LABELS = {
     "spurious_tool_call": ["pass", "pass", "spurious_tool_call", "pass", "pass"],
     "hidden_function_called": ["pass", "invalid_tool_call", "pass", "pass", "pass"],
 }
-
-
-@pytest.fixture(scope="module")
-def tasks():
-    return load_tasks()
 
 
 def rollout(task, result, fmt):

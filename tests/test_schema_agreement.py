@@ -15,7 +15,7 @@ import pytest
 from env_wrappers.bfcl.env import BFCLEnv
 from env_wrappers.bfcl.schema import SchemaChecker, to_openai_tool
 from env_wrappers.bfcl.tasks import load_tasks
-from seal_verl.interface import error_cue
+from seal_verl.cues import error_cue
 from seal_verl.trace import CallRecord
 
 DOC = {  # BFCL's dialect: "dict", "float", "any"

@@ -43,7 +43,7 @@ class DryRunConfig:
     reward_kwargs: dict = field(default_factory=dict)
     seal: dict = field(default_factory=lambda: {
         "switches": {"env_side": True, "reweighting": True, "closed_loop": True},
-        "weighting": {"dynamic": True, "n_conf": 4},
+        "weighting": {"n_conf": 4},  # few rollouts per step: dynamic rho trusts its statistics sooner
         "interface": {"on_threshold": 0.15, "off_threshold": 0.05, "patience": 2, "ema_beta": 0.5},
     })
 

@@ -85,6 +85,8 @@ from __future__ import annotations
 import copy
 import logging
 import os
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Callable, Optional, Union
 from uuid import uuid4
 
@@ -184,6 +186,52 @@ class _Budget:
         self.count = 0
         self.suppressed = 0
         self.exhausted = False
+
+
+class _State(Enum):
+    """Where a rollout is (the counterpart of verl's ``AgentState``)."""
+
+    PROMPTING = "prompting"
+    GENERATING = "generating"
+    OBSERVING = "observing"
+    DONE = "done"
+
+
+@dataclass
+class _Rollout:
+    """Everything one rollout carries between the state handlers."""
+
+    task_id: str
+    environment: Any
+    task: Any
+    env: Any
+    wrapper: Any
+    meta: dict
+    budget: _Budget
+    request_id: str
+    metrics: dict = field(default_factory=dict)
+    messages: list = field(default_factory=list)
+    tools: Optional[list] = None
+    all_ids: list = field(default_factory=list)
+    n_prompt: int = 0
+    n_cues: int = 0
+    response_mask: list = field(default_factory=list)
+    response_logprobs: list = field(default_factory=list)
+    use_logprobs: bool = False
+    extra_from_server: dict = field(default_factory=dict)
+    routed_experts: Any = None
+    assistant_msgs: int = 0
+    context_msgs: int = 0
+    turn_tokens: int = 0
+    turn_index: int = 0
+    events: list = field(default_factory=list)
+    #: the environment's answer to the last step (or to the end of a turn), for the observing state
+    result: Any = None
+
+    def observed(self) -> Any:
+        """What the agent talks to: the cue wrapper, or the bare environment without one or once the cue
+        budget is spent."""
+        return self.env if (self.wrapper is None or self.budget.exhausted) else self.wrapper
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -365,9 +413,28 @@ class EnvAgentLoopBase(AgentLoopBase):
         return msgs
 
     # -------------------------------------------------------------------------------- the rollout
+    #
+    # One handler per state, as verl's ToolAgentLoop has: PROMPTING renders the first prompt, GENERATING asks
+    # the server for the next assistant message (or ends a turn whose budget is spent) and steps the
+    # environment with it, OBSERVING appends the observation that follows (tool results or the next user turn).
+    # Each handler returns the next state; the episode's running data lives in one _Rollout.
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
-        from env_wrappers.observation import empty_cue_stats
+        rollout = await self._start(kwargs)
+        state = _State.PROMPTING
+        while state is not _State.DONE:
+            if state is _State.PROMPTING:
+                state = await self._handle_prompting(rollout)
+            elif state is _State.GENERATING:
+                state = await self._handle_generating(rollout, sampling_params)
+            elif state is _State.OBSERVING:
+                state = await self._handle_observing(rollout)
+            else:  # pragma: no cover - every state is handled above
+                raise RuntimeError(f"unknown agent-loop state {state!r}")
+        return self._output(rollout)
+
+    async def _start(self, kwargs: dict) -> "_Rollout":
+        """The row's task in a fresh episode of its environment, and the training interface over it."""
         from env_wrappers.registry import get_environment
 
         task_id = task_id_of(kwargs)
@@ -387,140 +454,153 @@ class EnvAgentLoopBase(AgentLoopBase):
                                 call_timeout_s=self.call_timeout_s)
         meta: dict[str, Any] = {"env": env_name, "agent_loop": self.loop_name, "call_format": self.call_format}
         wrapper = await self._make_wrapper(env, kwargs, meta) if self.training else None
-        budget = _Budget(self.max_cue_tokens)
-        metrics: dict[str, Any] = {}
+        return _Rollout(task_id=task_id, environment=environment, task=task, env=env, wrapper=wrapper, meta=meta,
+                        budget=_Budget(self.max_cue_tokens), request_id=f"{task_id}/{uuid4().hex}")
 
-        # ---- the prompt
-        obs = wrapper if wrapper is not None else env
-        n_cues = 0
-        first_user = obs.reset()
-        if wrapper is not None:
-            first_user = self._apply_cue_budget(budget, wrapper, n_cues, first_user)
-            n_cues = len(wrapper.inserted_cues)
-        messages, tools = self._initial_messages(environment, task, first_user)
-        all_ids = await self._initial_tokens(messages, tools)
-        n_prompt = len(all_ids)
+    def _next_after_step(self, r: "_Rollout") -> "_State":
+        return _State.GENERATING if not r.env.done else _State.DONE
 
-        response_mask: list[int] = []
-        response_logprobs: list[float] = []
-        use_logprobs = False
-        request_id = f"{task_id}/{uuid4().hex}"
-        extra_from_server: dict[str, Any] = {}
-        routed_experts = None
-        assistant_msgs = context_msgs = 0
-        turn_tokens = 0
-        turn_index = 0
-        events: list[dict] = []
+    async def _handle_prompting(self, r: "_Rollout") -> "_State":
+        """The first user turn (with any start-of-task cues) rendered by the chat template."""
+        first_user = r.observed().reset()
+        if r.wrapper is not None:
+            first_user = self._apply_cue_budget(r.budget, r.wrapper, r.n_cues, first_user)
+            r.n_cues = len(r.wrapper.inserted_cues)
+        r.messages, r.tools = self._initial_messages(r.environment, r.task, first_user)
+        r.all_ids = await self._initial_tokens(r.messages, r.tools)
+        r.n_prompt = len(r.all_ids)
+        return self._next_after_step(r)
 
-        def obs_env():
-            # once the cue budget is spent the rest of the trajectory sees the bare environment
-            return env if (wrapper is None or budget.exhausted) else wrapper
-
-        while not env.done:
-            left = self.response_length - len(response_mask)
-            turn_left = None if self.max_tokens_per_turn is None else self.max_tokens_per_turn - turn_tokens
-            if left <= 0:
-                env.terminate("token_budget")
-                events.append({"turn": turn_index, "event": "trajectory_budget"})
-                break
-            if turn_left is not None and turn_left <= 0:
-                result = obs_env().end_turn("token_budget")
-                events.append({"turn": turn_index, "event": "turn_budget"})
-            else:
-                max_tokens = left if turn_left is None else min(left, turn_left)
-                if self.max_tokens_per_step is not None:
-                    max_tokens = min(max_tokens, self.max_tokens_per_step)
-                params = dict(sampling_params)
-                params["max_tokens"] = int(max_tokens)
-                with simple_timer("generate_sequences", metrics):
-                    output = await self.server_manager.generate(
-                        request_id=request_id, prompt_ids=all_ids, sampling_params=params
-                    )
-                if metrics.get("num_preempted") is None:
-                    metrics["num_preempted"] = output.num_preempted if output.num_preempted is not None else -1
-                elif output.num_preempted is not None:
-                    metrics["num_preempted"] += output.num_preempted
-                if not extra_from_server:
-                    extra_from_server.update(output.extra_fields or {})
-                elif (output.extra_fields or {}).get("max_global_steps") is not None:
-                    extra_from_server["max_global_steps"] = output.extra_fields["max_global_steps"]
-                token_ids = list(output.token_ids)[: int(max_tokens)]
-                log_probs = list(output.log_probs)[: len(token_ids)] if output.log_probs is not None else None
-                if assistant_msgs == 0:  # the server either returns log-probs or not; decided by its first answer
-                    use_logprobs = log_probs is not None
-                if use_logprobs and not token_ids:
-                    log_probs = []
-                if use_logprobs and (log_probs is None or len(log_probs) != len(token_ids)):
-                    raise ValueError("the rollout server returned log-probs for some generations and not for others")
-                merge, response_mask, new_logprobs = await self.ct_merge_assistant_token(
-                    all_ids, token_ids, response_mask,
-                    response_logprobs if use_logprobs else None,
-                    assistant_logprobs=log_probs if use_logprobs else None,
-                )
-                all_ids = merge.token_ids
-                if new_logprobs is not None:
-                    response_logprobs = new_logprobs
-                if output.routed_experts is not None:
-                    routed_experts = output.routed_experts
-                assistant_msgs += 1
-                turn_tokens += len(token_ids)
-                text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
-                messages.append({"role": "assistant", "content": text})
-                with simple_timer("tool_calls", metrics):
-                    result = await self.loop.run_in_executor(None, lambda: obs_env().step(text))
-
-            # ---- observation: tool results of this step, or the next user turn
-            new_msgs: list[dict] = []
-            if result.tool_results and not result.turn_done:
-                new_msgs = self._tool_messages(result.tool_results)
-            elif result.turn_done and not result.episode_done:
-                turn_index += 1
-                turn_tokens = 0
-                new_msgs = environment.reveal_messages(task, env.turn, list(result.next_user or []),
-                                                       list(result.revealed_tools or []), self.call_format)
-            if wrapper is not None and not budget.exhausted:
-                new_msgs = self._apply_cue_budget(budget, wrapper, n_cues, new_msgs)
-            if wrapper is not None:
-                n_cues = len(wrapper.inserted_cues)
-            if not new_msgs:
-                continue  # episode over (or a turn ended with nothing to show)
-            previous = list(messages)
-            messages.extend(new_msgs)
-            merge, new_mask, new_logprobs = await self.ct_merge_context_msg(
-                previous, messages, all_ids, response_mask,
-                response_logprobs if use_logprobs else None,
-                tools=tools,
+    async def _handle_generating(self, r: "_Rollout", sampling_params: dict[str, Any]) -> "_State":
+        """The next assistant message within the budgets, stepped through the environment; or the end of the
+        episode (trajectory budget spent) or of the turn (turn budget spent)."""
+        left = self.response_length - len(r.response_mask)
+        turn_left = None if self.max_tokens_per_turn is None else self.max_tokens_per_turn - r.turn_tokens
+        if left <= 0:
+            r.env.terminate("token_budget")
+            r.events.append({"turn": r.turn_index, "event": "trajectory_budget"})
+            return _State.DONE
+        if turn_left is not None and turn_left <= 0:
+            r.result = r.observed().end_turn("token_budget")
+            r.events.append({"turn": r.turn_index, "event": "turn_budget"})
+            return _State.OBSERVING
+        max_tokens = left if turn_left is None else min(left, turn_left)
+        if self.max_tokens_per_step is not None:
+            max_tokens = min(max_tokens, self.max_tokens_per_step)
+        params = dict(sampling_params)
+        params["max_tokens"] = int(max_tokens)
+        with simple_timer("generate_sequences", r.metrics):
+            output = await self.server_manager.generate(
+                request_id=r.request_id, prompt_ids=r.all_ids, sampling_params=params
             )
-            if len(new_mask) >= self.response_length:
-                # the observation does not fit (and nothing could follow it): stop the episode here
-                messages[:] = previous
-                env.terminate("token_budget")
-                events.append({"turn": turn_index, "event": "observation_over_budget"})
-                break
-            all_ids = merge.token_ids
-            response_mask = new_mask
-            if use_logprobs and new_logprobs is not None:
-                response_logprobs = new_logprobs
-            context_msgs += 1
+        self._record_server_output(r, output)
+        token_ids = list(output.token_ids)[: int(max_tokens)]
+        log_probs = self._log_probs(r, output, token_ids)
+        merge, r.response_mask, new_logprobs = await self.ct_merge_assistant_token(
+            r.all_ids, token_ids, r.response_mask,
+            r.response_logprobs if r.use_logprobs else None,
+            assistant_logprobs=log_probs if r.use_logprobs else None,
+        )
+        r.all_ids = merge.token_ids
+        if new_logprobs is not None:
+            r.response_logprobs = new_logprobs
+        if output.routed_experts is not None:
+            r.routed_experts = output.routed_experts
+        r.assistant_msgs += 1
+        r.turn_tokens += len(token_ids)
+        text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        r.messages.append({"role": "assistant", "content": text})
+        with simple_timer("tool_calls", r.metrics):
+            r.result = await self.loop.run_in_executor(None, lambda: r.observed().step(text))
+        return _State.OBSERVING
 
-        # ---- the record
+    @staticmethod
+    def _record_server_output(r: "_Rollout", output: Any) -> None:
+        """Preemption count and the server's extra fields (the first answer's, with the latest
+        ``max_global_steps``), as ToolAgentLoop keeps them."""
+        if r.metrics.get("num_preempted") is None:
+            r.metrics["num_preempted"] = output.num_preempted if output.num_preempted is not None else -1
+        elif output.num_preempted is not None:
+            r.metrics["num_preempted"] += output.num_preempted
+        if not r.extra_from_server:
+            r.extra_from_server.update(output.extra_fields or {})
+        elif (output.extra_fields or {}).get("max_global_steps") is not None:
+            r.extra_from_server["max_global_steps"] = output.extra_fields["max_global_steps"]
+
+    @staticmethod
+    def _log_probs(r: "_Rollout", output: Any, token_ids: list[int]) -> Optional[list[float]]:
+        """The generation's log-probs, cut to its tokens. The server either returns them or not, decided by
+        its first answer; a server that changes its mind mid-trajectory is an error."""
+        log_probs = list(output.log_probs)[: len(token_ids)] if output.log_probs is not None else None
+        if r.assistant_msgs == 0:
+            r.use_logprobs = log_probs is not None
+        if r.use_logprobs and not token_ids:
+            log_probs = []
+        if r.use_logprobs and (log_probs is None or len(log_probs) != len(token_ids)):
+            raise ValueError("the rollout server returned log-probs for some generations and not for others")
+        return log_probs
+
+    async def _handle_observing(self, r: "_Rollout") -> "_State":
+        """The observation after a step: its tool results, or the next user turn (with any revealed
+        functions), cues included within the cue budget. An observation that does not fit ends the episode."""
+        result = r.result
+        new_msgs: list[dict] = []
+        if result.tool_results and not result.turn_done:
+            new_msgs = self._tool_messages(result.tool_results)
+        elif result.turn_done and not result.episode_done:
+            r.turn_index += 1
+            r.turn_tokens = 0
+            new_msgs = r.environment.reveal_messages(r.task, r.env.turn, list(result.next_user or []),
+                                                     list(result.revealed_tools or []), self.call_format)
+        if r.wrapper is not None and not r.budget.exhausted:
+            new_msgs = self._apply_cue_budget(r.budget, r.wrapper, r.n_cues, new_msgs)
+        if r.wrapper is not None:
+            r.n_cues = len(r.wrapper.inserted_cues)
+        if not new_msgs:
+            return self._next_after_step(r)  # episode over (or a turn ended with nothing to show)
+        previous = list(r.messages)
+        r.messages.extend(new_msgs)
+        merge, new_mask, new_logprobs = await self.ct_merge_context_msg(
+            previous, r.messages, r.all_ids, r.response_mask,
+            r.response_logprobs if r.use_logprobs else None,
+            tools=r.tools,
+        )
+        if len(new_mask) >= self.response_length:
+            # the observation does not fit (and nothing could follow it): stop the episode here
+            r.messages[:] = previous
+            r.env.terminate("token_budget")
+            r.events.append({"turn": r.turn_index, "event": "observation_over_budget"})
+            return _State.DONE
+        r.all_ids = merge.token_ids
+        r.response_mask = new_mask
+        if r.use_logprobs and new_logprobs is not None:
+            r.response_logprobs = new_logprobs
+        r.context_msgs += 1
+        return self._next_after_step(r)
+
+    def _output(self, r: "_Rollout") -> AgentLoopOutput:
+        """The trace (with cue statistics, budget events, token counts) and verl's output of the rollout."""
+        from env_wrappers.observation import empty_cue_stats
+
+        env, budget, wrapper = r.env, r.budget, r.wrapper
         stats = copy.deepcopy(wrapper.cue_stats) if wrapper is not None else empty_cue_stats([], enabled=False)
         stats["tokens"] = budget.tokens
         stats["count_rendered"] = budget.count
         stats["suppressed_by_token_budget"] = budget.suppressed
-        env.trace.meta.update(meta)
+        env.trace.meta.update(r.meta)
         env.trace.meta["cues"] = stats
-        env.trace.meta["budget_events"] = events
-        env.trace.meta["tokens"] = {"prompt": n_prompt, "response": len(response_mask),
-                                    "llm": int(sum(response_mask))}
+        env.trace.meta["budget_events"] = r.events
+        env.trace.meta["tokens"] = {"prompt": r.n_prompt, "response": len(r.response_mask),
+                                    "llm": int(sum(r.response_mask))}
 
+        all_ids, response_mask = r.all_ids, r.response_mask
         n_resp = len(response_mask)
         response_ids = all_ids[len(all_ids) - n_resp:] if n_resp else []
         prompt_ids = all_ids[: len(all_ids) - n_resp]
-        extra_fields = dict(extra_from_server)
+        extra_fields = dict(r.extra_from_server)
         extra_fields.update({
             TRACE_FIELD: env.trace.to_json(),
-            TASK_ID_FIELD: task_id,
+            TASK_ID_FIELD: r.task_id,
             LOOP_FIELD: self.loop_name,
             CUE_TOKENS_FIELD: int(budget.tokens),
             CUE_COUNT_FIELD: int(budget.count),
@@ -529,11 +609,11 @@ class EnvAgentLoopBase(AgentLoopBase):
             prompt_ids=prompt_ids,
             response_ids=response_ids[: self.response_length],
             response_mask=response_mask[: self.response_length],
-            response_logprobs=response_logprobs[: self.response_length] if use_logprobs else None,
-            routed_experts=(routed_experts[: len(prompt_ids) + self.response_length]
-                            if routed_experts is not None else None),
-            num_turns=1 + assistant_msgs + context_msgs,
-            metrics=metrics,
+            response_logprobs=r.response_logprobs[: self.response_length] if r.use_logprobs else None,
+            routed_experts=(r.routed_experts[: len(prompt_ids) + self.response_length]
+                            if r.routed_experts is not None else None),
+            num_turns=1 + r.assistant_msgs + r.context_msgs,
+            metrics=r.metrics,
             extra_fields=extra_fields,
         )
 

@@ -1,0 +1,46 @@
+"""Rules the test suite keeps about itself: an import bug in the project fails a test instead of skipping it,
+and a fixture several modules share is defined once, in conftest.py."""
+
+from __future__ import annotations
+
+import ast
+import os
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+#: The project's own top-level packages (the product card's top level).
+OWN = ("seal_verl", "env_wrappers", "reward_fns", "recipes", "bench")
+
+
+def _modules():
+    for name in sorted(os.listdir(TESTS)):
+        if name.endswith(".py"):
+            path = os.path.join(TESTS, name)
+            with open(path, encoding="utf-8") as f:
+                yield name, ast.parse(f.read(), filename=path)
+
+
+def test_no_importorskip_of_the_projects_own_modules():
+    found = []
+    for name, tree in _modules():
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "importorskip" and node.args
+                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+                    and node.args[0].value.split(".")[0] in OWN):
+                found.append(f"{name}:{node.lineno} importorskip({node.args[0].value!r})")
+    assert not found, "an import error in the project must fail, not skip: " + "; ".join(found)
+
+
+def test_the_all_tasks_fixture_is_defined_once():
+    """A module may narrow ``tasks`` to the few it needs; a copy of conftest's all-tasks loader is refused."""
+    copies = []
+    for name, tree in _modules():
+        if name == "conftest.py":
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name == "tasks":
+                calls = [n for n in ast.walk(node) if isinstance(n, ast.Call)
+                         and getattr(n.func, "id", getattr(n.func, "attr", None)) == "load_tasks"]
+                if any(not c.args and not c.keywords for c in calls):
+                    copies.append(f"{name}:{node.lineno}")
+    assert not copies, "use the tasks fixture of conftest.py: " + ", ".join(copies)
