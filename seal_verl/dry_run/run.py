@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from .console import format_row, header_line
+from .console import format_row, header_line, quiet_libraries
 from .environments import DEFAULT_ENV, environment, loop_names
 from .plans import PlanBook, draw_plans, mix_at
 from .scripted_llm import ScriptedLLM
@@ -105,7 +105,7 @@ class DryRun:
 
         cfg = self.cfg
         t0 = time.time()
-        _quiet_libraries()
+        quiet_libraries()
         os.makedirs(cfg.out, exist_ok=True)
         out = os.path.abspath(cfg.out)
 
@@ -207,26 +207,6 @@ class DryRun:
                       f"score {float(np.mean([float(s) for s in gen.non_tensor_batch['score']])):.2f}")
         self._log(f"[dry-run] {cfg.steps} steps in {time.time() - t0:.1f} s; run folder {out}")
         return rows
-
-
-def _quiet_libraries() -> None:
-    """Silence per-step chatter of the libraries (dataset progress bars, tokenizer length warnings)."""
-    import logging
-
-    try:
-        import datasets
-
-        datasets.disable_progress_bars()
-        datasets.utils.logging.set_verbosity_error()
-    except Exception:  # noqa: BLE001 - cosmetic only
-        pass
-    try:
-        import transformers
-
-        transformers.utils.logging.set_verbosity_error()
-    except Exception:  # noqa: BLE001
-        pass
-    logging.getLogger("verl").setLevel(logging.WARNING)
 
 
 def run_dry(cfg: DryRunConfig) -> list[dict]:
