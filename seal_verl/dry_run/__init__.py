@@ -51,6 +51,6 @@ __all__ = [
     "EARLY_MIX", "LATE_MIX", "TARGETS", "DryRun", "DryRunConfig", "InProcessRewardWorker", "Plan", "PlanBook",
     "ScriptedLLM", "dataset_rows", "draw_plans", "environment", "find_plan", "format_row", "header_line",
     "hint_flags", "load_batch", "loop_names", "make_worker", "mix_at", "quiet_libraries", "replay_plan",
-    "reward_fn_path",
-    "rollout_texts", "run_dry", "tiny_model", "verl_config", "write_agent_loop_yaml", "write_parquet",
+    "reward_fn_path", "rollout_texts", "run_dry", "tiny_model", "verl_config", "write_agent_loop_yaml",
+    "write_parquet",
 ]
