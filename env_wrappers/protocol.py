@@ -264,3 +264,13 @@ class Environment:
 
 def _first_text(messages: list[dict]) -> str:
     return next((str(m.get("content") or "") for m in messages if m.get("content")), "")
+
+
+def tool_messages(tool_results: list) -> list[dict]:
+    """The chat messages that carry an environment's tool results to the model, one ``tool`` message each.
+
+    Shared by the training agent loop and the token-length tools, so both render the same bytes. Llama 3.1's chat
+    template renders a ``tool`` message under its ``ipython`` header, so a backbone whose tool role is ``ipython``
+    also gets ``tool`` here (verl's token builder appends only tool/user/system/assistant messages).
+    """
+    return [{"role": "tool", "name": tr.name or "tool", "content": tr.content} for tr in tool_results]

@@ -27,6 +27,8 @@ import json
 import os
 import sys
 
+from seal_verl.backbones.seeded import seeded_init  # noqa: F401 - also importable from here, as before
+
 # Qwen2.5's layout of the special tokens (ids follow the learned vocabulary here, not Qwen's numbering).
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
@@ -255,22 +257,6 @@ def build_tokenizer(vocab_size: int = VOCAB_SIZE):
     )
     hf.chat_template = CHAT_TEMPLATE
     return hf
-
-
-def seeded_init(model, seed: int, std: float) -> None:
-    """Initialise ``model`` from its own generator, so the weights depend on the seed alone (not on the global RNG
-    state or on how a transformers version orders its init calls): norms 1, biases 0, the rest N(0, std)."""
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            elif name.endswith(".bias"):
-                p.zero_()
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen) * std)
 
 
 def make_tiny_qwen(out_dir: str, seed: int = 0, **model_args) -> str:

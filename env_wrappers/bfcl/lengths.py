@@ -25,11 +25,7 @@ def task_lengths(tok, task, fmt: str) -> dict:
     from env_wrappers.protocol import CLOSING_TEXT
     from env_wrappers.bfcl.scripted import reference_turns as _gt_messages
     from env_wrappers.bfcl import prompts
-    from seal_verl.verl_glue.agent_loop import EnvAgentLoopBase
-
-    loop = object.__new__(EnvAgentLoopBase)  # only its tool-message helper is used
-
-    loop.call_format, loop.system_prompt = fmt, None
+    from env_wrappers.protocol import tool_messages
 
     _fmt = fmt
     env = BFCLEnv(task, call_format=fmt, call_timeout_s=None)
@@ -55,7 +51,7 @@ def task_lengths(tok, task, fmt: str) -> dict:
             messages.append({"role": "assistant", "content": text})
             result = env.step(text)
             if result.tool_results and not result.turn_done:
-                new = loop._tool_messages(result.tool_results)
+                new = tool_messages(result.tool_results)
             elif result.turn_done and not result.episode_done:
                 new = prompts.reveal_messages(task, env.turn, list(result.next_user or []),
                                             list(result.revealed_tools or []), _fmt)

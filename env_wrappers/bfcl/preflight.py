@@ -93,12 +93,9 @@ def check_template(tokenizer, backbone: str, task_id: str = "multi_turn_miss_fun
     from env_wrappers.bfcl.tasks import load_tasks
     from seal_verl.backbones import spec
     from env_wrappers.bfcl import prompts
-    from seal_verl.verl_glue.agent_loop import EnvAgentLoopBase
 
     s = spec(backbone)
     task = load_tasks([task_id])[task_id]
-    loop = object.__new__(EnvAgentLoopBase)  # only its tool-message helper is used
-    loop.call_format, loop.system_prompt = s.call_format, None
     _fmt = s.call_format
     messages, tools = prompts.initial_messages(task, BFCLEnv(task, call_format=s.call_format).reset(), _fmt)
     try:
@@ -125,12 +122,9 @@ def prompt_lengths(tokenizer, backbone: str, task_ids: list, progress: bool = Tr
     from env_wrappers.bfcl.tasks import load_tasks
     from seal_verl.backbones import spec
     from env_wrappers.bfcl import prompts
-    from seal_verl.verl_glue.agent_loop import EnvAgentLoopBase
     from tqdm import tqdm
 
     s = spec(backbone)
-    loop = object.__new__(EnvAgentLoopBase)  # only its tool-message helper is used
-    loop.call_format, loop.system_prompt = s.call_format, None
     _fmt = s.call_format
     out = {}
     tasks = load_tasks(task_ids)

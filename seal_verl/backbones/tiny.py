@@ -12,9 +12,8 @@ import json
 import os
 import shutil
 
-from seal_verl.tiny_model import seeded_init
-
 from . import save_tokenizer, spec
+from .seeded import seeded_init
 
 MODEL_ARGS = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
                   num_key_value_heads=2, max_position_embeddings=32768, tie_word_embeddings=True,

@@ -37,7 +37,7 @@ The scripted LLM finds the task of a request from the request id (the agent loop
 
 from __future__ import annotations
 
-from .console import format_row, header_line
+from .console import format_row, header_line, quiet_libraries
 from .environments import (ABSTAIN_TEXT, CLOSING_TEXT, DEFAULT_ENV, EVAL_LOOP, GENERIC_EVAL_LOOP, GENERIC_TRAIN_LOOP,
                            TRAIN_LOOP, environment, loop_names)
 from .plans import EARLY_MIX, LATE_MIX, TARGETS, Plan, PlanBook, draw_plans, find_plan, mix_at, replay_plan
@@ -50,6 +50,7 @@ __all__ = [
     "ABSTAIN_TEXT", "CLOSING_TEXT", "DEFAULT_ENV", "EVAL_LOOP", "GENERIC_EVAL_LOOP", "GENERIC_TRAIN_LOOP", "TRAIN_LOOP",
     "EARLY_MIX", "LATE_MIX", "TARGETS", "DryRun", "DryRunConfig", "InProcessRewardWorker", "Plan", "PlanBook",
     "ScriptedLLM", "dataset_rows", "draw_plans", "environment", "find_plan", "format_row", "header_line",
-    "hint_flags", "load_batch", "loop_names", "make_worker", "mix_at", "replay_plan", "reward_fn_path",
-    "rollout_texts", "run_dry", "tiny_model", "verl_config", "write_agent_loop_yaml", "write_parquet",
+    "hint_flags", "load_batch", "loop_names", "make_worker", "mix_at", "quiet_libraries", "replay_plan",
+    "reward_fn_path", "rollout_texts", "run_dry", "tiny_model", "verl_config", "write_agent_loop_yaml",
+    "write_parquet",
 ]

@@ -30,3 +30,24 @@ def format_row(row: dict) -> str:
     return (f"{row['step']:>4}  {row['success_rate']:4.2f} |                   {labels} | "
             f"{_kinds(row['active_during']):<24} | {_kinds(row['active_next']):<24} | {rhos:<20} | "
             f"{row['w_mean']:5.3f}+-{row['w_std']:5.3f}  | {row['cue_tokens_mean']:7.1f}")
+
+
+def quiet_libraries() -> None:
+    """Silence per-step chatter of the libraries (dataset progress bars, tokenizer length warnings); used by the
+    dry run and by the recipe tools that drive the same libraries."""
+    import logging
+
+    try:
+        import datasets
+
+        datasets.disable_progress_bars()
+        datasets.utils.logging.set_verbosity_error()
+    except Exception:  # noqa: BLE001 - cosmetic only
+        pass
+    try:
+        import transformers
+
+        transformers.utils.logging.set_verbosity_error()
+    except Exception:  # noqa: BLE001
+        pass
+    logging.getLogger("verl").setLevel(logging.WARNING)

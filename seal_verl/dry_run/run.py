@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from .console import format_row, header_line
+from .console import format_row, header_line, quiet_libraries
 from .environments import DEFAULT_ENV, environment, loop_names
 from .plans import PlanBook, draw_plans, mix_at
 from .scripted_llm import ScriptedLLM
@@ -105,21 +105,15 @@ class DryRun:
 
         cfg = self.cfg
         t0 = time.time()
-        _quiet_libraries()
+        quiet_libraries()
         os.makedirs(cfg.out, exist_ok=True)
         out = os.path.abspath(cfg.out)
 
-        import verl  # noqa: F401 - the seal plugin
-        from verl.trainer.ppo import ray_trainer
-
-        from seal_verl.verl_glue.advantage import (
-            WeightPlan, excluded_rows, profile_from_extras, record_from_extras, rows_from_non_tensor_batch,
-            token_range, weight_metrics, weight_plan,
-        )
-        from seal_verl.profile import profile_keys
         from seal_verl.verl_glue.agent_loop import set_state_source
         from seal_verl.verl_glue.config import parse_seal_config
         from seal_verl.verl_glue.driver import RUN_METRICS_FILE, RUN_VAL_FILE, RunFolder, SealDriver
+        from seal_verl.verl_glue.in_process import train_step
+        from seal_verl.verl_glue.step import StepWriter
 
         model = tiny_model(cfg.model or os.path.join(out, "model"))
         train_loop, eval_loop = loop_names(cfg.env)
@@ -145,6 +139,7 @@ class DryRun:
         worker = make_worker(config, llm)
         # The trainer's run-folder writer, so a dry run's folder reads exactly like a real run's.
         folder = RunFolder(out)
+        writer = StepWriter(folder)
         for name in (RUN_METRICS_FILE, RUN_VAL_FILE):  # a fresh run: the appended files start empty
             if os.path.exists(folder.file(name)):
                 os.remove(folder.file(name))
@@ -153,7 +148,6 @@ class DryRun:
         self._log(f"[dry-run] set-up {time.time() - t0:.1f} s (model {model})")
 
         rows: list[dict] = []
-        adv_estimator = config.algorithm.adv_estimator
         bar = tqdm(total=cfg.steps, desc="dry-run", unit="step", disable=not cfg.progress, file=sys.stderr)
         if cfg.verbose:
             tqdm.write(header_line(), file=sys.stdout)
@@ -169,88 +163,21 @@ class DryRun:
             parquet = write_parquet(dataset_rows(task_ids, train_loop, "train", cfg.call_format, cfg.env),
                                     os.path.join(out, "batch.parquet"))
             batch = load_batch(parquet, config, tokenizer, cfg.rollouts, uid_prefix=f"s{step}-")
-            state_before = driver.state
             gen = loop.run_until_complete(worker.generate_sequences(batch))
 
-            # ---- the trainer's advantage path (legacy-trainer layout: extras in non_tensor_batch)
-            n = len(gen)
-            gen.batch["token_level_rewards"] = gen.batch["rm_scores"]
-            gen.non_tensor_batch["uid"] = batch.non_tensor_batch["uid"]
-            extras = rows_from_non_tensor_batch(gen.non_tensor_batch, n)
-            profiles = [profile_from_extras(r, i) for i, r in enumerate(extras)]
-            records = [record_from_extras(r, i) for i, r in enumerate(extras)]
-            weights = driver.weights(profiles, step)
-            excluded = excluded_rows(extras)
-            plan = WeightPlan(uids=np.asarray(gen.non_tensor_batch["uid"], dtype=object), weights=weights,
-                              apply_to=driver.cfg.weighting.apply_to, exclude=excluded)
-            with weight_plan(plan):
-                gen = ray_trainer.compute_advantage(gen, adv_estimator=adv_estimator,
-                                                    norm_adv_by_std_in_grpo=True, config=config.algorithm)
-            driver.add_records(records)
-            seal_metrics = driver.end_step(step + 1)
+            # ---- the trainer's step (legacy-trainer layout: extras in non_tensor_batch), then the run folder
+            result = train_step(driver, gen, batch.non_tensor_batch["uid"], config, tokenizer, step)
             k = step + 1  # run files and rows are numbered by the global step, from 1, as in a training run
             folder.write_state(k, driver.state)
-
-            # ---- per-rollout records
-            cue_tokens = [int(x) for x in gen.non_tensor_batch["seal_cue_tokens"]]
-            hints = hint_flags(gen, tokenizer)
-            mask = gen.batch["response_mask"]
-            adv = gen.batch["advantages"]
-            ranges = token_range(adv, mask)
-            trace_rows = []
-            for i in range(n):
-                trace = json.loads(gen.non_tensor_batch["seal_trace"][i])
-                rec = llm.record_for(trace)
-                m = mask[i].bool()
-                trace_rows.append({
-                    "step": k,
-                    "global_step": k,
-                    "uid": str(gen.non_tensor_batch["uid"][i]),
-                    "task_id": trace["task_id"],
-                    "agent_loop": str(gen.non_tensor_batch["seal_agent_loop"][i]),
-                    "plan": None if rec is None else {k: rec["plan"].to_dict()[k] for k in ("target", "kind", "turns", "labels")},
-                    "labels": records[i].labels,
-                    "abstention": records[i].abstention,
-                    "profile_keys": profile_keys(records[i].labels, records[i].abstention),
-                    "reward": records[i].reward,
-                    "w": float(weights[i]),
-                    "advantage": float(adv[i][m].mean()) if bool(m.any()) else 0.0,
-                    "grpo_advantage": plan.grpo[i],
-                    "advantage_range": None if ranges[i] is None else list(ranges[i]),
-                    "excluded": bool(excluded[i]),
-                    "cue_tokens": cue_tokens[i],
-                    "hint_in_text": hints[i],
-                    "interface_active": trace["meta"].get("interface_active", []),
-                    "trace": trace,
-                })
-            folder.write_traces(k, trace_rows)
-            hist = driver.state.history[-1]
-            row = {
-                "step": k,
-                "global_step": k,
-                "n_rollouts": n,
-                "tasks": task_ids,
-                "mix": {k: round(v, 4) for k, v in mix.items()},
-                "active_during": sorted(k for k, on in state_before.interface.active.items() if on),
-                "active_next": hist["active"],
-                "prevalence": hist["prevalence"],
-                "prevalence_ema": hist["prevalence_ema"],
-                "rate": hist["rate"],
-                "rate_ema": hist["rate_ema"],
-                "rho": hist["rho"],
-                "rho_used": dict(state_before.rho),
-                "success_rate": hist["success_rate"],
-                "w_mean": float(weights.mean()),
-                "w_std": float(weights.std(unbiased=False)),
-                "w_min": float(weights.min()),
-                "w_max": float(weights.max()),
-                "cue_tokens_mean": float(sum(cue_tokens) / max(n, 1)),
-                "cue_tokens_max": max(cue_tokens) if cue_tokens else 0,
-                "seconds": round(time.time() - ts, 2),
-                "metrics": {k: v for k, v in {**seal_metrics, **weight_metrics(weights)}.items()},
-            }
+            for r in result.rollouts:
+                rec = llm.record_for(json.loads(r.extra_fields["seal_trace"]))
+                r.more["plan"] = None if rec is None else {
+                    f: rec["plan"].to_dict()[f] for f in ("target", "kind", "turns", "labels")}
+            trace_rows = writer.write_traces(k, result.rollouts)
+            row = writer.write_metrics(k, driver, trace_rows, seconds=round(time.time() - ts, 2),
+                                       metrics=result.metrics,
+                                       more={"tasks": task_ids, "mix": {k: round(v, 4) for k, v in mix.items()}})
             rows.append(row)
-            folder.append_metrics(row)
             bar.update(1)
             if cfg.verbose:
                 tqdm.write(format_row(row), file=sys.stdout)
@@ -280,26 +207,6 @@ class DryRun:
                       f"score {float(np.mean([float(s) for s in gen.non_tensor_batch['score']])):.2f}")
         self._log(f"[dry-run] {cfg.steps} steps in {time.time() - t0:.1f} s; run folder {out}")
         return rows
-
-
-def _quiet_libraries() -> None:
-    """Silence per-step chatter of the libraries (dataset progress bars, tokenizer length warnings)."""
-    import logging
-
-    try:
-        import datasets
-
-        datasets.disable_progress_bars()
-        datasets.utils.logging.set_verbosity_error()
-    except Exception:  # noqa: BLE001 - cosmetic only
-        pass
-    try:
-        import transformers
-
-        transformers.utils.logging.set_verbosity_error()
-    except Exception:  # noqa: BLE001
-        pass
-    logging.getLogger("verl").setLevel(logging.WARNING)
 
 
 def run_dry(cfg: DryRunConfig) -> list[dict]:

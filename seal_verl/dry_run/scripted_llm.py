@@ -56,7 +56,7 @@ class ScriptedLLM:
         return max(turn, 0)
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
-        from verl.workers.rollout.replica import TokenOutput
+        from seal_verl.verl_glue.in_process import token_output
 
         self.calls += 1
         task_id = str(request_id).rsplit("/", 1)[0]
@@ -88,14 +88,7 @@ class ScriptedLLM:
         st["ids"].append(list(ids))
         st["turns"].append(turn)
         st["max_tokens"].append(limit)
-        return TokenOutput(
-            token_ids=ids,
-            log_probs=[-0.5] * len(ids) if sampling_params.get("logprobs") else None,
-            stop_reason="completed",
-            num_preempted=0,
-            extra_fields={"global_steps": self.global_steps, "min_global_steps": self.global_steps,
-                          "max_global_steps": self.global_steps},
-        )
+        return token_output(ids, [-0.5] * len(ids) if sampling_params.get("logprobs") else None, self.global_steps)
 
     def record_for(self, trace: dict) -> Optional[dict]:
         """The request whose sent messages are exactly the attempts of ``trace`` (same task).

@@ -372,10 +372,9 @@ class EnvAgentLoopBase(AgentLoopBase):
         return environment.initial_messages(task, messages, self.call_format)
 
     def _tool_messages(self, tool_results: list) -> list[dict]:
-        # verl's Continuous Token builder appends only tool/user/system/assistant messages; Llama 3.1's chat
-        # template renders a ``tool`` message under its ``ipython`` header, so ``tool_role: ipython`` is sent as
-        # ``tool`` (the rendered bytes are the ones the template gives an ipython turn).
-        return [{"role": "tool", "name": tr.name or "tool", "content": tr.content} for tr in tool_results]
+        from env_wrappers.protocol import tool_messages
+
+        return tool_messages(tool_results)
 
     def _count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False)) if text else 0

@@ -15,16 +15,29 @@ from typing import Any, Callable, Optional
 #: The verl release every reach below was read against and exercised with (tests run the real code paths).
 CHECKED_VERL = "0.9.1"
 
-#: What each reach relies on, by function name (shown in the version error, kept next to the code).
+#: What each reach relies on, by function name (shown in the version error, kept next to the code). Every private
+#: name of verl (or OmegaConf) that the plugin reads, overrides or replaces is named in one of these lines, and so
+#: is every verl module attribute it replaces: ``tests/test_verl_reaches.py`` scans the installed source for them.
 REACHES: dict[str, str] = {
     "single_call_synthetic_assistant": "ContinuousTokenBuilder._synthetic_assistant_for_tools (private method)",
     "agent_loop_registry": "verl.experimental.agent_loop.agent_loop._agent_loop_registry (private dict)",
     "run_as_trainer_mode": "PPOTrainer.trainer_mode compared with 'sync' in trainer_base (attribute set after "
-                           "__init__, replay buffer rebuilt)",
+                           "__init__, replay buffer rebuilt with PPOTrainer._build_replay_buffer())",
+    "v1_trainer_overrides": "trainer.py's SealTrainerMixin overrides private PPOTrainer methods: "
+                            "_compute_advantage(batch, metrics) (returns the KVBatchMeta; the step's rows are in "
+                            "TransferQueue), _compute_metrics(batch, metrics, timing_raw, global_steps, epoch) "
+                            "(called after step(), the batch still in TransferQueue), _validate() (samples "
+                            "partition 'val' from the replay buffer and clears it), _save_checkpoint() and "
+                            "_load_checkpoint() (global_steps is set when it returns)",
+    "omegaconf_root": "OmegaConf DictConfig._get_root() (private): the legacy compute_advantage receives "
+                      "config.algorithm and SEAL needs the whole trainer config it belongs to (legacy.py)",
     "wrap_replay_buffer_sample": "PPOTrainer._validate calls self.replay_buffer.sample(partition_id='val')",
     "session_of_key": "TransferQueue keys of agent-loop outputs are '<session>_<index>_<output>'",
-    "legacy_trainer_wrappers": "ray_trainer.compute_advantage / compute_data_metrics and RayPPOTrainer."
-                               "_load_checkpoint / _save_checkpoint replaced by name (legacy.py)",
+    "legacy_trainer_wrappers": "module-level replacement (legacy.py) of ray_trainer.compute_advantage (called once "
+                               "per step by RayPPOTrainer.fit with the whole DataProto) and "
+                               "ray_trainer.compute_data_metrics (called by fit with batch=..., its dict logged), "
+                               "and of the private methods RayPPOTrainer._load_checkpoint / "
+                               "RayPPOTrainer._save_checkpoint (self.global_steps set by the load)",
     "exclude_rows_from_update": "the actor update reads response_mask and advantages of the step's rows from "
                                 "TransferQueue (jagged tensors), as verl's own rollout correction rewrites them",
 }

@@ -31,24 +31,11 @@ import logging
 import os
 from typing import Any, Optional
 
-import numpy as np
-
 from seal_verl.verl_glue import state_actor
-from seal_verl.verl_glue.advantage import (
-    SealWiringError,
-    WeightPlan,
-    active_plan,
-    excluded_rows,
-    per_row_advantage,
-    profile_from_extras,
-    record_from_extras,
-    rows_from_non_tensor_batch,
-    cue_metrics,
-    weight_metrics,
-    weight_plan,
-)
+from seal_verl.verl_glue.advantage import SealWiringError, active_plan, rows_from_non_tensor_batch
 from seal_verl.verl_glue.config import SEAL_GRPO, check_run_config, estimator_name
-from seal_verl.verl_glue.driver import SealDriver, resume_folder, step_row, trace_row
+from seal_verl.verl_glue.driver import SealDriver, resume_folder
+from seal_verl.verl_glue.step import StepResult, StepWriter, data_proto_rollouts, seal_step, zero_excluded_rows
 
 logger = logging.getLogger(__name__)
 
@@ -109,41 +96,12 @@ def _tokenizer(root: Any):
     return _TOKENIZERS[path]
 
 
-def _write_run_folder_step(driver: SealDriver, root: Any, data: Any, rows: list[dict], weights, step0: int,
-                           grpo: list, excluded: list) -> None:
+def _write_run_folder_step(driver: SealDriver, root: Any, data: Any, result: StepResult, k: int) -> None:
     """``traces_step_{k}.jsonl`` of a legacy-trainer step; the metrics row follows in compute_data_metrics."""
-    from env_wrappers.protocol import CUE_MARKER
-
-    batch, ntb = data.batch, data.non_tensor_batch
-    n = len(data)
-    tok = _tokenizer(root)
-    mask = batch["response_mask"] if "response_mask" in batch.keys() else None
-    adv = batch["advantages"] if "advantages" in batch.keys() else None
-    resp_len = int(batch["responses"].shape[1]) if "responses" in batch.keys() else 0
-    att = batch["attention_mask"] if "attention_mask" in batch.keys() else None
-    out = []
-    for i in range(n):
-        fields = {k: ntb[k][i] for k in _TRACE_FIELDS if k in ntb}
-        m = mask[i].bool() if mask is not None else None
-        sel = adv[i][m] if (adv is not None and m is not None) else None
-        a = float(sel.float().mean()) if sel is not None and sel.numel() else 0.0
-        hint = None
-        if tok is not None and "input_ids" in batch.keys() and att is not None:
-            ids = batch["input_ids"][i][att[i].bool()].tolist()
-            hint = CUE_MARKER in tok.decode(ids, skip_special_tokens=False)
-        tokens = None
-        if att is not None and resp_len:
-            tokens = {"prompt": int(att[i][:-resp_len].sum()), "response": int(att[i][-resp_len:].sum()),
-                      "llm": int(m.sum()) if m is not None else None}
-        out.append(trace_row(step=step0 + 1, global_step=step0 + 1, key=str(i), uid=ntb["uid"][i] if "uid" in ntb else i,
-                             reward_extras=dict(rows[i], **({"acc": ntb["acc"][i]} if "acc" in ntb else {})),
-                             extra_fields=fields, w=float(weights[i]), advantage=a,
-                             hint_in_text=hint, tokens=tokens, grpo_advantage=grpo[i],
-                             advantage_range=(float(sel.min()), float(sel.max())) if sel is not None and sel.numel() else None,
-                             excluded=excluded[i]))
-    driver.run_folder.write_traces(step0 + 1, out)
+    rollouts = data_proto_rollouts(data, result, _tokenizer(root), _TRACE_FIELDS)
+    rows = StepWriter(driver.run_folder).write_traces(k, rollouts)
     _PENDING_ROW.clear()
-    _PENDING_ROW.update(driver=driver, step=step0, rows=out)
+    _PENDING_ROW.update(driver=driver, step=k - 1, rows=rows)
 
 
 def forget(root: Any) -> None:
@@ -178,50 +136,18 @@ def _seal_compute_advantage(original, data, adv_estimator, gamma, lam, num_repea
     if driver is None:
         return original(data, **kwargs)
 
+    if name == SEAL_GRPO and "uid" not in data.non_tensor_batch:
+        raise SealWiringError("seal_grpo needs non_tensor_batch['uid'] (the GRPO group index)")
     n = len(data)
     rows = rows_from_non_tensor_batch(data.non_tensor_batch, n)
-    profiles = [profile_from_extras(r, i) for i, r in enumerate(rows)]
-    records = [record_from_extras(r, i) for i, r in enumerate(rows)]
     step0 = driver.global_step  # steps completed so far = 0-based index of this step
-    weights = driver.weights(profiles, step0)
-    metrics = weight_metrics(weights)
-    metrics.update(cue_metrics(rows))
-    metrics["seal/weight/warmup"] = 1.0 if driver.in_warmup(step0) else 0.0
-    excluded = excluded_rows(rows)
-    metrics["seal/excluded/checker_error"] = float(sum(excluded))
-
-    grpo = None
-    if name == SEAL_GRPO:
-        if "uid" not in data.non_tensor_batch:
-            raise SealWiringError("seal_grpo needs non_tensor_batch['uid'] (the GRPO group index)")
-        plan = WeightPlan(
-            uids=np.asarray(data.non_tensor_batch["uid"], dtype=object),
-            weights=weights,
-            apply_to=driver.cfg.weighting.apply_to,
-            exclude=excluded,
-        )
-        with weight_plan(plan):
-            out = original(data, **kwargs)
-        if plan.used == 0:
-            raise SealWiringError("verl computed the advantages without calling the seal_grpo estimator")
-        grpo = plan.grpo
-    else:
-        out = original(data, **kwargs)
-    if any(excluded):  # a rollout whose verification raised adds nothing to the update
-        import torch
-
-        rows_ex = torch.as_tensor(excluded, dtype=torch.bool)
-        for key in ("response_mask", "advantages", "returns"):
-            if key in out.batch.keys():
-                out.batch[key][rows_ex] = 0
-    if grpo is None and "advantages" in out.batch.keys() and "response_mask" in out.batch.keys():
-        grpo = per_row_advantage(out.batch["advantages"], out.batch["response_mask"])
-
-    driver.add_records(records)
-    metrics.update(driver.end_step(step0 + 1))
+    uids = data.non_tensor_batch["uid"] if "uid" in data.non_tensor_batch else [None] * n
+    result = seal_step(driver, rows, uids, lambda: original(data, **kwargs), step0=step0,
+                       adv_estimator=adv_estimator, exclude=zero_excluded_rows, close_at=step0 + 1)
+    out = result.batch
     if driver.run_folder is not None:
-        _write_run_folder_step(driver, root, out, rows, weights, step0, grpo or [None] * n, excluded)
-    out.meta_info.setdefault(METRICS_KEY, {}).update(metrics)
+        _write_run_folder_step(driver, root, out, result, step0 + 1)
+    out.meta_info.setdefault(METRICS_KEY, {}).update(result.metrics)
     return out
 
 
@@ -235,9 +161,8 @@ def _seal_compute_data_metrics(original, *args, **kwargs):
         _PENDING_ROW.clear()
         if pending:
             drv = pending["driver"]
-            drv.run_folder.append_metrics(step_row(
-                step=pending["step"] + 1, global_step=pending["step"] + 1, state_before=drv.state_before,
-                state_after=drv.state, rows=pending["rows"], seconds=None, metrics=result))
+            StepWriter(drv.run_folder).write_metrics(pending["step"] + 1, drv, pending["rows"], seconds=None,
+                                                     metrics=result)
     return result
 
 

@@ -32,26 +32,15 @@ import logging
 import os
 
 import numpy as np
-import torch
 
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from seal_verl.verl_glue import compat, state_actor
-from seal_verl.verl_glue.advantage import (
-    REQUIRED_FIELDS,
-    SealWiringError,
-    WeightPlan,
-    excluded_rows,
-    profile_from_extras,
-    record_from_extras,
-    row_identities,
-    cue_metrics,
-    weight_metrics,
-    weight_plan,
-)
-from seal_verl.verl_glue.config import SEAL_GRPO, SEAL_TRAINER_MODES, check_run_config, estimator_name
-from seal_verl.verl_glue.driver import SealDriver, resume_folder, step_row, trace_row, val_row
+from seal_verl.verl_glue.advantage import REQUIRED_FIELDS, SealWiringError, row_identities
+from seal_verl.verl_glue.config import SEAL_TRAINER_MODES, check_run_config, estimator_name
+from seal_verl.verl_glue.driver import SealDriver, resume_folder, val_row
+from seal_verl.verl_glue.step import StepWriter, seal_step
 
 logger = logging.getLogger(__name__)
 
@@ -179,47 +168,24 @@ class SealTrainerMixin:
             )
 
     def _compute_advantage(self, batch, metrics: dict):
-        from seal_verl.profile import zero_profile
-
         uids, rows = self._seal_read_extras(batch)
-        profiles, records = [], []
-        for i, info in enumerate(rows):
-            if info is None:  # synthetic padding row: no evidence, weight 1, not part of C_t
-                profiles.append(zero_profile())
-                continue
-            profiles.append(profile_from_extras(info, i))
-            records.append(record_from_extras(info, i))
-        excluded = excluded_rows(rows)
-        step0 = int(self.global_steps) - 1  # verl counts training steps from 1
-        weights = self.seal.weights(profiles, step0)
-        real = torch.tensor([r is not None for r in rows], dtype=torch.bool)
-        metrics.update(weight_metrics(weights[real] if bool(real.any()) else weights))
-        metrics.update(cue_metrics(rows))
-        metrics["seal/weight/warmup"] = 1.0 if self.seal.in_warmup(step0) else 0.0
-        metrics["seal/excluded/checker_error"] = float(sum(excluded))
+        row_ids = self.__dict__.pop("_seal_row_ids", None)
+        base = super()._compute_advantage
 
-        grpo = None
-        if self.seal_adv_estimator == SEAL_GRPO:
-            self._seal_check_single_output_sessions(batch)
-            plan = WeightPlan(uids=uids, weights=weights, apply_to=self.seal.cfg.weighting.apply_to, exclude=excluded,
-                              rows=self.__dict__.pop("_seal_row_ids", None))
-            with weight_plan(plan):
-                batch = super()._compute_advantage(batch, metrics=metrics)
-            if plan.used == 0:
-                raise SealWiringError("verl computed the advantages without calling the seal_grpo estimator")
-            grpo = plan.grpo
-        else:
-            batch = super()._compute_advantage(batch, metrics=metrics)
-        if any(excluded):
-            compat.exclude_rows_from_update(batch, excluded)
+        def exclude(b, flags):
+            compat.exclude_rows_from_update(b, flags)
+            return b
 
+        result = seal_step(self.seal, rows, uids, lambda: base(batch, metrics=metrics),
+                           step0=int(self.global_steps) - 1,  # verl counts training steps from 1
+                           adv_estimator=self.seal_adv_estimator, exclude=exclude, row_ids=row_ids,
+                           before_plan=lambda: self._seal_check_single_output_sessions(batch))
+        metrics.update(result.metrics)
         if self.seal.run_folder is not None:
             pending = self.__dict__.setdefault("_seal_step_rows", {})
-            for i, (key, info) in enumerate(zip(batch.keys, rows, strict=True)):
-                if info is not None:
-                    pending[key] = (uids[i], float(weights[i]), info, None if grpo is None else grpo[i], excluded[i])
-        self.seal.add_records(records)
-        return batch
+            for r in result.rollouts:
+                pending[result.batch.keys[r.index]] = r
+        return result.batch
 
     # ------------------------------------------------------------------ step end: closed loop
 
@@ -243,7 +209,7 @@ class SealTrainerMixin:
         return marker in text
 
     def _seal_write_step(self, batch, metrics: dict, timing_raw: dict, global_steps: int) -> None:
-        folder = self.seal.run_folder
+        """Fill the step's rollouts from TransferQueue (the V1 layout) and hand them to the run-folder writer."""
         pending = self.__dict__.get("_seal_step_rows", {})
         data = self._seal_fetch_rollouts(batch, ["extra_fields", "prompts", "responses", "response_mask", "advantages"])
         loop_metrics = self._seal_agent_loop_metrics(batch)
@@ -254,30 +220,25 @@ class SealTrainerMixin:
         masks = _unpadded_rows(data["response_mask"])
         advantages = _unpadded_rows(data["advantages"])
         k = int(global_steps)
-        rows = []
+        rollouts = []
         for i, key in enumerate(batch.keys):
             if key not in pending:  # padding row (no evidence, not part of C_t)
                 continue
-            uid, w, info, grpo, excluded = pending[key]
+            r = pending[key]
             mask = masks[i].bool()
             adv = advantages[i]
             n = min(int(mask.shape[0]), int(adv.shape[0]))
             sel = adv[:n][mask[:n]]
-            used = float(sel.float().mean()) if sel.numel() else 0.0
-            rows.append(trace_row(
-                step=k, global_step=int(global_steps), key=key, uid=uid, reward_extras=info,
-                extra_fields=extra_fields[i] if isinstance(extra_fields[i], dict) else {}, w=w,
-                advantage=used,
-                # without seal_grpo the advantage is verl's own GRPO advantage, unweighted
-                grpo_advantage=used if grpo is None else grpo,
-                advantage_range=(float(sel.min()), float(sel.max())) if sel.numel() else None,
-                excluded=bool(excluded),
-                hint_in_text=self._seal_decode_has_marker(prompts[i], responses[i]),
-                tokens={"prompt": int(prompts[i].shape[0]), "response": int(responses[i].shape[0]),
-                        "llm": int(mask.sum())},
-            ))
+            r.key = key
+            r.extra_fields = extra_fields[i] if isinstance(extra_fields[i], dict) else {}
+            r.advantage = float(sel.float().mean()) if sel.numel() else 0.0
+            r.advantage_range = (float(sel.min()), float(sel.max())) if sel.numel() else None
+            r.hint_in_text = self._seal_decode_has_marker(prompts[i], responses[i])
+            r.tokens = {"prompt": int(prompts[i].shape[0]), "response": int(responses[i].shape[0]),
+                        "llm": int(mask.sum())}
             if loop_metrics is not None:
-                rows[-1]["timing"] = {name: loop_metrics[i].get(name) for name in AGENT_LOOP_TIMERS}
+                r.more["timing"] = {name: loop_metrics[i].get(name) for name in AGENT_LOOP_TIMERS}
+            rollouts.append(r)
         if loop_metrics is not None:
             # verl's legacy trainer logs these (agent_loop/<timer>/{min,max,mean}); the V1 trainer keeps them per
             # rollout in TransferQueue only. Logged here with the step (this runs before verl's logger call).
@@ -287,10 +248,9 @@ class SealTrainerMixin:
                     metrics[f"agent_loop/{name}/mean"] = float(np.mean(values))
                     metrics[f"agent_loop/{name}/max"] = float(np.max(values))
                     metrics[f"agent_loop/{name}/sum"] = float(np.sum(values))
-        folder.write_traces(k, rows)
-        seconds = (timing_raw or {}).get("step")
-        folder.append_metrics(step_row(step=k, global_step=int(global_steps), state_before=self.seal.state_before,
-                                       state_after=self.seal.state, rows=rows, seconds=seconds, metrics=metrics))
+        writer = StepWriter(self.seal.run_folder)
+        rows = writer.write_traces(k, rollouts)
+        writer.write_metrics(k, self.seal, rows, seconds=(timing_raw or {}).get("step"), metrics=metrics)
         self._seal_step_rows = {}
 
     def _seal_sync_metrics(self, batch) -> dict:

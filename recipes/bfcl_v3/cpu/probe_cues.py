@@ -101,7 +101,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--json", default=None, help="also write the per-state numbers (no per-token lists) here")
     args = p.parse_args(argv)
     from env_wrappers.bfcl.prepare_data import read_split_file
-    from seal_verl.dry_run.run import _quiet_libraries
+    from seal_verl.dry_run import quiet_libraries
 
     if not os.path.isfile(os.path.join(args.model, "config.json")):
         p.error(f"{args.model}: not a model folder (no config.json)")
@@ -111,7 +111,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         p.error(f"--kinds: {', '.join(unknown)} not shown at the start of a task; choose from {', '.join(start_kinds())}")
     if args.top < 0:
         p.error(f"--top must be >= 0, got {args.top}")
-    _quiet_libraries()
+    quiet_libraries()
     import tempfile
 
     from transformers import AutoTokenizer
