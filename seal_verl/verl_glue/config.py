@@ -109,7 +109,7 @@ def parse_seal_config(node: Any) -> SealSettings:
         key = None
     cached = _PARSED.get(key) if key is not None else None
     if cached is None:
-        cached = _parse(d)
+        cached = _parse_section(d)
         if key is not None:
             if len(_PARSED) >= _PARSED_MAX:
                 _PARSED.clear()
@@ -135,7 +135,7 @@ def _schema() -> Any:
 _SCHEMA: Any = None
 
 
-def _parse(d: dict) -> SealSettings:
+def _parse_section(d: dict) -> SealSettings:
     from omegaconf import OmegaConf
     from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
