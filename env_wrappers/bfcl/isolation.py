@@ -16,7 +16,8 @@ own. The parent only waits on a pipe (releasing the lock), so other threads neve
   rollout keeps its tools, and the overrunning call leaves no trace in the state. Only when that replay
   itself fails (or overruns) are the rollout's tools closed, with an error text that says so. The verifier,
   which replays the model's calls, skips a call recorded as timed out in the same way (see
-  ``verifier.verify``).
+  ``verifier.verify``), and does its replay in a worker of this pool too (``verify`` requests, see
+  ``isolated_verify``): no model call runs in the judging process.
 - **a worker that died**: a worker that ended at any moment (during a call, or idle between two calls of its
   rollout: killed by the system, out of memory) is replaced the same way, with the completed calls replayed,
   so the rollout's later observations are those of an undisturbed run. A call that was running when its
