@@ -192,7 +192,8 @@ def concurrent_check(chosen: list, per_task: int) -> None:
         pids = _worker_pids()
         peak["workers"] = max(peak["workers"], len(pids))
         peak["private"] = max(peak["private"], sum(_private_mb(p) for p in pids))
-        peak["parent"] = max(peak["parent"], _private_mb(os.getpid()))
+        with open("/proc/self/statm") as f:  # the rollout process: its resident memory (shared with forks)
+            peak["parent"] = max(peak["parent"], int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20)
 
     def sample():
         while not stop.is_set():
@@ -220,7 +221,7 @@ def concurrent_check(chosen: list, per_task: int) -> None:
           f"{elapsed:.1f} s in all ==")
     print(f"live workers at the peak            : {peak['workers']}")
     print(f"summed private memory of the workers: peak {peak['private']:.0f} MiB "
-          f"({peak['private'] / max(1, peak['workers']):.1f} MiB per worker); rollout process {peak['parent']:.0f} MiB")
+          f"({peak['private'] / max(1, peak['workers']):.1f} MiB per worker); rollout process RSS {peak['parent']:.0f} MiB")
     print(f"per-call latency, {n:>3} at once       : {_percentiles(lat)}")
     print(f"per-call latency, one at a time     : {_percentiles(sequential)}")
     print(f"rollouts whose tools were closed    : {broken}")

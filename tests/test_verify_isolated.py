@@ -105,3 +105,34 @@ def test_the_verifier_runs_no_model_call_in_the_judging_process(mode):
     assert r["elapsed"] < 4 * LIMIT_S + 10, f"judging took {r['elapsed']:.1f}s with a {LIMIT_S:g}s call limit"
     assert is_timeout_result(r["power"]), r["power"]
     assert r["find"].startswith("Error during execution: "), r["find"]
+
+
+def test_a_judgement_worker_that_grew_is_not_reused(monkeypatch):
+    """A judgement whose model calls built ~60 MB of state (under a 160 MB cap) leaves its worker stopped, not
+    idle (what it took, the allocator may keep); a plain judgement after it gets a clean worker, which is
+    kept warm. Nothing is left after shutdown."""
+    from env_wrappers.bfcl import isolation
+    from env_wrappers.bfcl.isolated_verify import verify_isolated
+    from env_wrappers.bfcl.tasks import load_tasks
+
+    task = load_tasks(["multi_turn_base_0"])["multi_turn_base_0"]
+    monkeypatch.setattr(isolation, "DEFAULT_MEMORY_LIMIT_MB", 160)
+    pool = isolation.pool()
+    pool.shutdown()
+    heavy = ["mkdir(dir_name='d')", "cd(folder='d')"]
+    for i in range(1000):
+        heavy += [f"touch(file_name='f{i}')", f"echo(content='{chr(97 + i % 26) * 60_000}', file_name='f{i}')"]
+    rest = [[] for _ in range(task.n_turns - 1)]
+    official, _, outcomes = verify_isolated(task, [[heavy]] + rest, [True] + [False] * len(rest), False, 20.0,
+                                            None, True)
+    assert not any(ev.checker_error for ev in official.turns), official.turns[0].checker_error
+    assert sum(1 for o in outcomes[0] if o[1]) == 0  # every call ran (within the cap)
+    assert pool._judges == [], "a judgement worker that grew by ~60 MB went back to the pool"
+    official, _, _ = verify_isolated(task, [[["pwd()"]]] + rest, [True] + [False] * len(rest), False, 20.0, None,
+                                     False)
+    assert not official.turns[0].checker_error
+    assert len(pool._judges) == 1
+    pids = [w.process.pid for w in pool._judges]
+    pool.shutdown()
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] == "Z"

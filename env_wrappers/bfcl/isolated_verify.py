@@ -18,17 +18,19 @@ the counterfactual copies) to a worker process with the rollouts' memory cap, an
 
 Only plain verdict data comes back. The ground-truth calls run inline in the worker, with no thread hand-off
 (they are BFCL's own, trusted calls). A worker is reused for the next judgement only if its memory is back
-within an idle worker's limits; it keeps the tasks it was sent, so a task crosses the pipe once per worker.
+within an idle worker's limits; it keeps the tasks it was sent (by a key per task object), so a task crosses
+the pipe once per worker.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 
 from . import isolation
 from .backends import ERROR_PREFIX
 from .tasks import BFCLTask
-from .verifier import failed_verdict
+from .verifier import failed_verdict, from_wire
 
 #: Time allowed while no model call runs (ground-truth calls, state comparison, building instances) between
 #: two model calls: all of BFCL's ground truth replays in well under a second.
@@ -42,7 +44,9 @@ MAX_RESTARTS = 8
 def verify_isolated(task: BFCLTask, decoded: list, attempted: list, strict_abstention: bool,
                     call_timeout_s: float, timed_out: list | None, want_outcomes: bool,
                     memory_limit_mb: int | None = None) -> tuple:
-    """:func:`.verifier.judge_job` in a worker: ``(official, verdict, model_outcomes or None)``.
+    """:func:`.verifier.judge_job` in a worker: ``(official, verdict, model_outcomes or None)``. The verdicts
+    carry every turn's flags, differences and ground-truth calls (what Psi's checks read), not the call and
+    result lists (``verifier.to_wire``).
 
     ``memory_limit_mb``: the worker's cap; None takes ``isolation.DEFAULT_MEMORY_LIMIT_MB`` (the rollouts').
     """
@@ -52,13 +56,15 @@ def verify_isolated(task: BFCLTask, decoded: list, attempted: list, strict_abste
     pool = isolation.pool()
     for _ in range(MAX_RESTARTS + 1):
         worker = pool.acquire_judge(cap)
-        fresh = task.id not in worker.tasks_sent
-        job = ("verify", task.id, task if fresh else None, decoded, attempted, strict_abstention, call_timeout_s,
-               skip if any(skip) else None, want_outcomes)
+        key = _key(task)
+        rest = (decoded, attempted, strict_abstention, call_timeout_s, skip if any(skip) else None, want_outcomes)
         try:
-            worker.request_nowait(job)
-            worker.tasks_sent.add(task.id)
+            worker.request_nowait(("verify", key, None if key in worker.tasks_sent else task) + rest)
+            worker.tasks_sent.add(key)
             reply, stopped = _await(worker, call_timeout_s)
+            if stopped is None and isinstance(reply, tuple) and reply[:1] == ("need_task",):
+                worker.request_nowait(("verify", key, task) + rest)  # the worker had dropped it
+                reply, stopped = _await(worker, call_timeout_s)
         except isolation.WorkerDied as exc:
             reply, stopped = None, (_running(worker), str(exc))
         if stopped is not None:
@@ -75,13 +81,26 @@ def verify_isolated(task: BFCLTask, decoded: list, attempted: list, strict_abste
                 skip[k][i] = ERROR_PREFIX + f"call to {name} stopped the tool backend"
             continue
         if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok":
-            result, memory = reply[1]
+            (official, verdict, outcomes), memory = reply[1]
             pool.release_judge(worker, memory)
-            return result
+            official = from_wire(official)
+            return official, official if verdict is None else from_wire(verdict), outcomes
         worker.kill()
         why = f"the verifier's worker failed: {str(reply[1] if isinstance(reply, tuple) else reply)[:300]}"
         break
     return failed_verdict(task, decoded, why), None, None
+
+
+_KEYS = itertools.count(1)
+
+
+def _key(task: BFCLTask) -> int:
+    """A key for this task object, unique in this process: a worker keeps the tasks it was sent by key (a
+    task id alone could name two different objects, as tests and perturbations make)."""
+    key = task.__dict__.get("_judge_key")
+    if key is None:
+        key = task.__dict__["_judge_key"] = next(_KEYS)
+    return key
 
 
 def _running(worker) -> tuple | None:

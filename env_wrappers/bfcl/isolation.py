@@ -64,6 +64,8 @@ MAX_IDLE_WORKERS = 64
 IDLE_WORKER_MAX_MB = 256
 #: Idle judgement workers kept warm (one per thread that judges at the same time is enough).
 MAX_IDLE_JUDGES = 8
+#: Tasks a judgement worker keeps (all 800 BFCL tasks fit); past it, it drops them and asks again.
+MAX_WORKER_TASKS = 1024
 #: What all idle workers together may hold (private MiB above their start); the oldest go first.
 IDLE_POOL_BUDGET_MB = 1024
 #: A replay is sent in messages of at most this many calls (a fresh worker need not receive it all at once).
@@ -125,6 +127,13 @@ def _memory(pid: int | str = "self") -> tuple[int, int]:
         return int(fields[0]) * page, int(fields[1]) * page
     except (OSError, ValueError, IndexError):
         return 0, 0
+
+
+def _peak_bytes() -> int:
+    """This process's peak resident memory (a system call, cheaper than reading ``/proc`` per judgement)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _mapped_bytes() -> int:
@@ -216,9 +225,9 @@ def _worker_main(conn, memory_limit_mb: int | None, board=None) -> None:
     # scans it (time) nor writes to its pages (which would copy them into this process).
     gc.freeze()
     start = _footprint()
-    start_statm = _memory()
+    start_peak = _peak_bytes()
     backends = None
-    tasks: dict = {}  # judgements: tasks received so far, by id (the parent sends each task once)
+    tasks: dict = {}  # judgements: tasks received so far, by the parent's key (it sends each task once)
     while True:
         try:
             msg = conn.recv()
@@ -240,18 +249,24 @@ def _worker_main(conn, memory_limit_mb: int | None, board=None) -> None:
             elif op == "instances":
                 conn.send(("ok", backends.instances))
             elif op == "verify":  # a whole judgement (see isolated_verify)
-                from .verifier import judge_job
+                from .verifier import judge_job, to_wire
 
                 backends = None
-                task_id, task = msg[1], msg[2]
+                key, task = msg[1], msg[2]
                 if task is None:
-                    task = tasks[task_id]
+                    task = tasks.get(key)
+                    if task is None:  # dropped (see below): the parent sends it again
+                        conn.send(("need_task", None))
+                        continue
                 else:
-                    tasks[task_id] = task
+                    if len(tasks) >= MAX_WORKER_TASKS:
+                        tasks.clear()
+                    tasks[key] = task
                 _reset_process_settings()
-                result = judge_job(task, *msg[3:], on_call=_progress_writer(conn, board))
+                official, verdict, outcomes = judge_job(task, *msg[3:], on_call=_progress_writer(conn, board))
                 msg = task = None
-                conn.send(("ok", (result, (start_statm, _memory()))))
+                wire = (to_wire(official), None if verdict is official else to_wire(verdict), outcomes)
+                conn.send(("ok", (wire, ((0, start_peak), (0, _peak_bytes())))))
             elif op == "reset":
                 backends = msg = None
                 _free_memory()
@@ -297,7 +312,7 @@ class _Worker:
             child.close()
         self.memory_limit_mb = memory_limit_mb
         self.held = 0  # own (private) bytes above its start, as measured when it was last released
-        self.tasks_sent: set = set()  # judgements: the task ids this worker already holds
+        self.tasks_sent: set = set()  # judgements: keys of the tasks this worker was sent
 
     def request(self, msg, timeout: float | None):
         """Send one request and return its ``(status, value)`` reply; ``WorkerDied`` on no reply in time."""
@@ -440,8 +455,9 @@ class WorkerPool:
         return _Worker(ctx, memory_limit_mb)
 
     def release_judge(self, worker: _Worker, report: Any) -> None:
-        """Keep a judgement worker warm if its memory (``(statm at start, statm now)``) is back within the
-        limits of an idle worker; stop it otherwise, or when ``MAX_IDLE_JUDGES`` are idle already."""
+        """Keep a judgement worker warm if its peak resident memory (``((0, at start), (0, now))``) never grew
+        past the limits of an idle worker (what a judgement once took, the allocator may keep); stop it
+        otherwise, or when ``MAX_IDLE_JUDGES`` are idle already."""
         keep = _fits(worker, report) and os.getpid() == self._pid
         with self._lock:
             if keep and len(self._judges) < MAX_IDLE_JUDGES:

@@ -258,3 +258,20 @@ def failed_verdict(task: BFCLTask, decoded: list, why: str) -> Verdict:
         turns.append(TurnEvidence(index=k, abstention=not gt_calls, gt_calls=gt_calls, model_calls=flat,
                                   checker_error=why[:500]))
     return Verdict(valid=False, error_type=CHECKER_ERROR, failed_turn=0, turns=turns)
+
+
+def to_wire(verdict: Verdict) -> tuple:
+    """A verdict as plain tuples, for the pipe from a judge worker: its per-turn flags and differences
+    (everything Psi's checks read), without the call and result lists (several times cheaper to send)."""
+    return (verdict.valid, verdict.error_type, verdict.failed_turn,
+            [(e.index, e.abstention, e.gt_calls, e.checked, e.counterfactual, e.empty, e.state_ok, e.response_ok,
+              e.state_diff, e.checker_error) for e in verdict.turns])
+
+
+def from_wire(wire: tuple) -> Verdict:
+    """The inverse of :func:`to_wire` (the result lists stay empty)."""
+    valid, error_type, failed_turn, turns = wire
+    return Verdict(valid=valid, error_type=error_type, failed_turn=failed_turn, turns=[
+        TurnEvidence(index=i, abstention=a, gt_calls=g, checked=c, counterfactual=cf, empty=em, state_ok=so,
+                     response_ok=ro, state_diff=sd, checker_error=ce)
+        for i, a, g, c, cf, em, so, ro, sd, ce in turns])
