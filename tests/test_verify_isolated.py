@@ -4,7 +4,8 @@ bomb and a call that holds the interpreter lock, and stays within its memory and
 The bomb is ``find`` below 115 nested directories with 30,000-character names (about 200 million characters
 of result, several hundred MB to build); the lock-holding call is ``power(base=10, exponent=30000000)``
 (about half a minute of big-integer arithmetic). Each case runs in a fresh interpreter so that its peak
-resident memory (``ru_maxrss``, which counts this process only, not its workers) says what judging cost.
+resident memory (``ru_maxrss``, which counts this process only, not its workers) says what judging cost,
+read at exit so that a call the judgement abandoned to a thread, still running, counts as well.
 The workers' memory cap is lowered to 256 MB for the test, so the bomb stays small for the machine too.
 """
 
@@ -78,8 +79,17 @@ else:
     trace = env.trace
     checks = len(j.labels)
 recorded = [c.result for t in trace.turns for a in t.attempts for c in a.calls if c.parsed]
-print(json.dumps({"grown": peak() - before, "elapsed": elapsed, "checks": checks, "n_turns": task.n_turns,
-                  "find": recorded[-2][:200], "power": recorded[-1][:200]}))
+out = {"elapsed": elapsed, "checks": checks, "n_turns": task.n_turns, "find": recorded[-2][:200],
+       "power": recorded[-1][:200]}
+
+
+def report():  # at exit, after any thread the judgement left behind has finished: its memory counts too
+    out["grown"] = peak() - before
+    print(json.dumps(out), flush=True)
+
+
+import atexit
+atexit.register(report)
 """
 
 
