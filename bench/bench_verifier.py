@@ -8,11 +8,13 @@ perturbation of every kind in ``perturb.KINDS``:
     it; its instance cache lives in module globals and is never freed;
 (b) ours: ``judge_result`` on the same trajectory rendered as a ``bfcl generate`` result entry (python, json
     and fc forms in rotation): decoding, replay through ``BFCLEnv`` (per-call schema checks, trace), the
-    verifier (model path, ground-truth path, counterfactual copies after a failure) and Psi's labels.
+    verifier (model path, ground-truth path, counterfactual copies after a failure; in a judge worker
+    process under the rollouts' limits, see ``isolated_verify``) and Psi's labels.
 
 The two are timed in alternating chunks so that background load hits both alike. Reported: checks per
-second, the cost ratio time_b / time_a (wall and CPU time), and memory: RSS after 1k and after N checks of
-each path (ours must stay flat; the official cache grows), peak RSS, and tracemalloc peaks for a sample.
+second, the cost ratio time_b / time_a (wall and CPU time; ours' CPU includes its judge workers'), and
+memory: RSS after 1k and after N checks of each path and the private memory of ours' judge workers (ours
+must stay flat; the official cache grows), peak RSS, and tracemalloc peaks for a sample.
 
     python bench/bench_verifier.py            # full run (all 800 tasks, 20,000 checks per memory run)
     python bench/bench_verifier.py --quick    # 100 tasks, 2,000 checks per memory run
@@ -53,6 +55,40 @@ def rss_mb() -> float:
 
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _children() -> list[int]:
+    import multiprocessing
+
+    return [p.pid for p in multiprocessing.active_children() if p.pid]
+
+
+def children_cpu_s() -> float:
+    """CPU seconds of this process's worker processes (ours judges in one): the ended ones from rusage, the
+    live ones from /proc (clock ticks)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = ru.ru_utime + ru.ru_stime
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in _children():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def children_private_mb() -> float:
+    """Private memory (MiB) of the live worker processes: what they hold beyond the pages shared with us."""
+    total = 0
+    for pid in _children():
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                total += sum(int(line.split()[1]) for line in f if line.startswith(("Private_Clean:", "Private_Dirty:")))
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / 1024
 
 
 def build_cases(tasks: dict) -> list:
@@ -120,9 +156,9 @@ def timed_side_by_side(cases, official: Official, repeats: int, chunk: int) -> d
             va = [official.check(t, d) for t, d, _, _ in part]
             w, c = time.perf_counter() - w, time.process_time() - c
             best["a"] = [min(best["a"][0], w), min(best["a"][1], c)]
-            w, c = time.perf_counter(), time.process_time()
+            w, c = time.perf_counter(), time.process_time() + children_cpu_s()
             vb = [ours(case) for case in part]
-            w, c = time.perf_counter() - w, time.process_time() - c
+            w, c = time.perf_counter() - w, time.process_time() + children_cpu_s() - c
             best["b"] = [min(best["b"][0], w), min(best["b"][1], c)]
         for k in "ab":
             wall[k] += best[k][0]
@@ -136,15 +172,16 @@ def timed_side_by_side(cases, official: Official, repeats: int, chunk: int) -> d
 
 def memory_run(name: str, fn, cases, n: int) -> dict:
     gc.collect()
-    start = rss_mb()
-    at_1k = None
+    start, w_start = rss_mb(), children_private_mb()
+    at_1k = w_1k = None
     for i in range(n):
         fn(cases[i % len(cases)])
         if i + 1 == min(1000, n):
             gc.collect()
-            at_1k = rss_mb()
+            at_1k, w_1k = rss_mb(), children_private_mb()
     gc.collect()
-    return {"name": name, "start": start, "at_1k": at_1k, "at_n": rss_mb(), "n": n, "peak": peak_rss_mb()}
+    return {"name": name, "start": start, "at_1k": at_1k, "at_n": rss_mb(), "n": n, "peak": peak_rss_mb(),
+            "workers": (w_start, w_1k, children_private_mb())}
 
 
 def traced_peak(fn, cases, n: int) -> tuple[float, float]:
@@ -231,6 +268,9 @@ def main(argv=None) -> int:
         print(f"{m['name']:>9}: start {m['start']:7.1f}  after 1k {m['at_1k']:7.1f}  after {m['n'] // 1000}k "
               f"{m['at_n']:7.1f}  growth 1k->{m['n'] // 1000}k {m['at_n'] - m['at_1k']:+7.1f}  "
               f"process peak so far {m['peak']:7.1f}")
+    w0, w1, wn = mem_b["workers"]
+    print(f"ours' judge workers (private MiB, {len(_children())} live): start {w0:7.1f}  after 1k {w1:7.1f}  "
+          f"after {mem_b['n'] // 1000}k {wn:7.1f}  growth 1k->{mem_b['n'] // 1000}k {wn - w1:+7.1f}")
     print(f"official global instance cache after its memory run: {cached} instances")
     official.clear()
     gc.collect()

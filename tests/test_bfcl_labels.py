@@ -66,7 +66,13 @@ def test_checker_error_label(tasks, monkeypatch):
         return real(model, gt)
 
     monkeypatch.setattr(verifier_mod, "_compare", flaky)
-    j = judge_trace(task, trace)
+    from env_wrappers.bfcl import isolation
+
+    isolation.pool().shutdown()  # judgements run in forked workers: these are forked with the patch
+    try:
+        j = judge_trace(task, trace)
+    finally:
+        isolation.pool().shutdown()  # and none of them judges for a later test
     assert j.labels == ["pass", "checker_error", "pass", "pass"]
     assert j.valid is False and j.error_type == "checker_error"
     assert j.diagnosis.profile()["pass"] == pytest.approx(1.0)  # checker errors leave the profile

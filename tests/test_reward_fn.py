@@ -115,8 +115,14 @@ def test_every_label_appears(samples, tasks, monkeypatch):
         return real(model, gt)
 
     monkeypatch.setattr(verifier_mod, "_compare", flaky)
+    from env_wrappers.bfcl import isolation
+
+    isolation.pool().shutdown()  # judgements run in forked workers: these are forked with the patch
     task, trace = samples[("json", "pass")]
-    out = score(task, trace)
+    try:
+        out = score(task, trace)
+    finally:
+        isolation.pool().shutdown()  # and none of them judges for a later test
     labels = json.loads(out["seal_labels"])
     seen |= set(labels)
     assert tx.CHECKER_ERROR in labels and out["seal_checker_error"] == 1.0

@@ -128,10 +128,17 @@ def method_names(involved_classes: list[str]) -> frozenset:
     return names
 
 
-def _stateless() -> frozenset[str]:
-    from bfcl_eval.constants.executable_backend_config import STATELESS_CLASSES
+_STATELESS: frozenset | None = None
 
-    return frozenset(STATELESS_CLASSES)
+
+def _stateless() -> frozenset[str]:
+    """BFCL's stateless classes (looked up once: an import statement per ``Backends`` cost measurably)."""
+    global _STATELESS
+    if _STATELESS is None:
+        from bfcl_eval.constants.executable_backend_config import STATELESS_CLASSES
+
+        _STATELESS = frozenset(STATELESS_CLASSES)
+    return _STATELESS
 
 
 class _NotPlainData(Exception):

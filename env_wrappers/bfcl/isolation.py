@@ -16,7 +16,8 @@ own. The parent only waits on a pipe (releasing the lock), so other threads neve
   rollout keeps its tools, and the overrunning call leaves no trace in the state. Only when that replay
   itself fails (or overruns) are the rollout's tools closed, with an error text that says so. The verifier,
   which replays the model's calls, skips a call recorded as timed out in the same way (see
-  ``verifier.verify``).
+  ``verifier.verify``), and does its replay in a worker of this pool too (``verify`` requests, see
+  ``isolated_verify``): no model call runs in the judging process.
 - **a worker that died**: a worker that ended at any moment (during a call, or idle between two calls of its
   rollout: killed by the system, out of memory) is replaced the same way, with the completed calls replayed,
   so the rollout's later observations are those of an undisturbed run. A call that was running when its
@@ -61,6 +62,10 @@ MAX_IDLE_WORKERS = 64
 #: what it did when it started (and at most a quarter of its cap): a worker whose rollout filled its memory
 #: would otherwise give the next, unrelated rollout a fraction of the headroom the cap promises.
 IDLE_WORKER_MAX_MB = 256
+#: Idle judgement workers kept warm (one per thread that judges at the same time is enough).
+MAX_IDLE_JUDGES = 8
+#: Tasks a judgement worker keeps (all 800 BFCL tasks fit); past it, it drops them and asks again.
+MAX_WORKER_TASKS = 1024
 #: What all idle workers together may hold (private MiB above their start); the oldest go first.
 IDLE_POOL_BUDGET_MB = 1024
 #: A replay is sent in messages of at most this many calls (a fresh worker need not receive it all at once).
@@ -69,6 +74,7 @@ REPLAY_CHUNK_CALLS = 64
 #: Modules imported before the first worker is forked, so that workers start with the backend classes loaded.
 _PRELOAD = [
     "env_wrappers.bfcl.backends",
+    "env_wrappers.bfcl.verifier",
     "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.gorilla_file_system",
     "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.math_api",
     "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.message_api",
@@ -123,6 +129,13 @@ def _memory(pid: int | str = "self") -> tuple[int, int]:
         return 0, 0
 
 
+def _peak_bytes() -> int:
+    """This process's peak resident memory (a system call, cheaper than reading ``/proc`` per judgement)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def _mapped_bytes() -> int:
     return _memory()[0]
 
@@ -170,8 +183,32 @@ def _free_memory() -> None:
             pass
 
 
-def _worker_main(conn, memory_limit_mb: int | None) -> None:
-    """Serve one rollout's backends at a time: ``load``, ``run``, ``state``, ``instances``, ``reset``."""
+#: Slots of a worker's progress board (shared memory the worker writes and its parent reads, so that a
+#: judgement's progress costs no message): a sequence number, whether a model call runs, and since when.
+PROGRESS_SEQ, PROGRESS_CALL, PROGRESS_TURN, PROGRESS_POS, PROGRESS_SINCE = range(5)
+
+
+def _progress_writer(conn, board):
+    """The ``on_call`` hook of a judgement in a worker: publish ``(path, turn, position)`` when a model call
+    starts and None when it ends (on the board when there is one, else as a message)."""
+    if board is None:
+        return lambda where: conn.send(("call", where))
+
+    def publish(where):
+        if where is None:
+            board[PROGRESS_CALL] = 0.0
+        else:
+            board[PROGRESS_TURN], board[PROGRESS_POS] = where[1], where[2]
+            board[PROGRESS_SINCE] = time.monotonic()
+            board[PROGRESS_CALL] = 1.0
+        board[PROGRESS_SEQ] += 1.0  # written last: the parent rereads when it changed under it
+
+    return publish
+
+
+def _worker_main(conn, memory_limit_mb: int | None, board=None) -> None:
+    """Serve one rollout's backends at a time (``load``, ``run``, ``state``, ``instances``, ``reset``), or
+    one judgement at a time (``verify``)."""
     if memory_limit_mb:
         import resource
 
@@ -188,7 +225,9 @@ def _worker_main(conn, memory_limit_mb: int | None) -> None:
     # scans it (time) nor writes to its pages (which would copy them into this process).
     gc.freeze()
     start = _footprint()
+    start_peak = _peak_bytes()
     backends = None
+    tasks: dict = {}  # judgements: tasks received so far, by the parent's key (it sends each task once)
     while True:
         try:
             msg = conn.recv()
@@ -209,6 +248,25 @@ def _worker_main(conn, memory_limit_mb: int | None) -> None:
                 conn.send(("ok", backends.state()))
             elif op == "instances":
                 conn.send(("ok", backends.instances))
+            elif op == "verify":  # a whole judgement (see isolated_verify)
+                from .verifier import judge_job, to_wire
+
+                backends = None
+                key, task = msg[1], msg[2]
+                if task is None:
+                    task = tasks.get(key)
+                    if task is None:  # dropped (see below): the parent sends it again
+                        conn.send(("need_task", None))
+                        continue
+                else:
+                    if len(tasks) >= MAX_WORKER_TASKS:
+                        tasks.clear()
+                    tasks[key] = task
+                _reset_process_settings()
+                official, verdict, outcomes = judge_job(task, *msg[3:], on_call=_progress_writer(conn, board))
+                msg = task = None
+                wire = (to_wire(official), None if verdict is official else to_wire(verdict), outcomes)
+                conn.send(("ok", (wire, ((0, start_peak), (0, _peak_bytes())))))
             elif op == "reset":
                 backends = msg = None
                 _free_memory()
@@ -247,12 +305,14 @@ class _Worker:
     def __init__(self, ctx, memory_limit_mb):
         with _FORK_LOCK:
             self.conn, child = ctx.Pipe(duplex=True)
-            self.process = ctx.Process(target=_worker_main, args=(child, memory_limit_mb), daemon=True,
-                                       name=_WORKER_NAME)
+            self.board = ctx.RawArray("d", 5)  # progress of a judgement (see _progress_writer)
+            self.process = ctx.Process(target=_worker_main, args=(child, memory_limit_mb, self.board),
+                                       daemon=True, name=_WORKER_NAME)
             self.process.start()
             child.close()
         self.memory_limit_mb = memory_limit_mb
         self.held = 0  # own (private) bytes above its start, as measured when it was last released
+        self.tasks_sent: set = set()  # judgements: keys of the tasks this worker was sent
 
     def request(self, msg, timeout: float | None):
         """Send one request and return its ``(status, value)`` reply; ``WorkerDied`` on no reply in time."""
@@ -261,6 +321,13 @@ class _Worker:
         except OSError as exc:
             raise WorkerDied(f"worker process ended ({exc})") from None
         return self.receive(timeout)
+
+    def request_nowait(self, msg) -> None:
+        """Send one request without waiting for its reply (``WorkerDied`` if the worker is gone)."""
+        try:
+            self.conn.send(msg)
+        except OSError as exc:
+            raise WorkerDied(f"worker process ended ({exc})") from None
 
     def receive(self, timeout: float | None):
         try:
@@ -309,6 +376,7 @@ class WorkerPool:
     def __init__(self):
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []  # oldest first
+        self._judges: list[_Worker] = []  # idle judgement workers (see isolated_verify)
         self._ctx = None
         self._pid = os.getpid()
 
@@ -373,6 +441,30 @@ class WorkerPool:
         for w in stop:
             w.kill()
 
+    def acquire_judge(self, memory_limit_mb: int | None) -> _Worker:
+        """A worker for one judgement: an idle judgement worker with this cap, else a new one. Judgement
+        workers keep no state between judgements but the tasks they were sent, so they skip a rollout
+        worker's reset; :meth:`release_judge` checks their memory instead."""
+        with self._lock:
+            while self._judges:
+                w = self._judges.pop()
+                if w.alive() and w.memory_limit_mb == memory_limit_mb:
+                    return w
+                w.kill()
+            ctx = self._context()
+        return _Worker(ctx, memory_limit_mb)
+
+    def release_judge(self, worker: _Worker, report: Any) -> None:
+        """Keep a judgement worker warm if its peak resident memory (``((0, at start), (0, now))``) never grew
+        past the limits of an idle worker (what a judgement once took, the allocator may keep); stop it
+        otherwise, or when ``MAX_IDLE_JUDGES`` are idle already."""
+        keep = _fits(worker, report) and os.getpid() == self._pid
+        with self._lock:
+            if keep and len(self._judges) < MAX_IDLE_JUDGES:
+                self._judges.append(worker)
+                return
+        worker.kill()
+
     def idle_memory(self) -> tuple[int, int]:
         """``(number of idle workers, private bytes they hold above their start)``."""
         with self._lock:
@@ -380,7 +472,8 @@ class WorkerPool:
 
     def shutdown(self) -> None:
         with self._lock:
-            idle, self._idle = self._idle, []
+            idle, self._idle = self._idle + self._judges, []
+            self._judges = []
         for w in idle:
             w.kill()
 

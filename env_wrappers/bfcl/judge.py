@@ -14,9 +14,10 @@ from seal_verl.trace import Trace
 
 from .calls import split_call
 from .env import BFCLEnv
+from .isolated_verify import verify_isolated
 from .isolation import is_timeout_result
 from .tasks import BFCLTask
-from .verifier import FORCE_TERMINATED, INFERENCE_ERROR, Verdict, verify
+from .verifier import FORCE_TERMINATED, INFERENCE_ERROR, Verdict, judge_job
 
 
 @dataclass
@@ -79,7 +80,8 @@ def verify_trace(task: BFCLTask, trace: Trace, strict_abstention: bool = False,
 def _judge(task: BFCLTask, trace: Trace, strict_abstention: bool, call_timeout_s: float | None,
            replay: BFCLEnv | None = None) -> Judgement:
     """judge_trace; with ``replay`` (an environment whose calls were queued, not run), the verifier's model
-    path runs them, once, and its outcomes complete the trace before Psi reads it."""
+    path runs them, once (in a limited worker, see ``isolated_verify``), and its outcomes complete the trace
+    before Psi reads it."""
     valid, error_type, reward_valid, checks = _verify(task, trace, strict_abstention, call_timeout_s, replay)
     return Judgement(task_id=task.id, category=task.category, valid=valid, error_type=error_type,
                      reward_valid=reward_valid, diagnosis=diagnose(trace, checks))
@@ -89,24 +91,17 @@ def _verify(task: BFCLTask, trace: Trace, strict_abstention: bool, call_timeout_
             replay: BFCLEnv | None = None) -> tuple[bool, str, bool, list[TurnCheck]]:
     decoded = trace.decoded_steps()
     attempted = [any(a.has_call_attempt for a in t.attempts) for t in trace.turns]
-    outcomes: list | None = [] if replay is not None else None
     timed_out = None if replay is not None else _timed_out_positions(trace)
-    official = verify(task, decoded, strict_abstention=False, call_timeout_s=call_timeout_s,
-                      model_outcomes=outcomes, timed_out=timed_out)
+    if call_timeout_s is None:  # trusted, scripted calls only: inline, in this process
+        official, verdict, outcomes = judge_job(task, decoded, attempted, strict_abstention, None, timed_out,
+                                                replay is not None)
+    else:  # the model's calls: in a worker under a rollout's limits, never in this process
+        official, verdict, outcomes = verify_isolated(task, decoded, attempted, strict_abstention, call_timeout_s,
+                                                      timed_out, replay is not None)
     if replay is not None:
-        flat = [o for turn in outcomes for o in turn]
-        if len(outcomes) != len(decoded) or not replay.settle(flat):
+        flat = [o for turn in outcomes or [] for o in turn]
+        if outcomes is None or len(outcomes) != len(decoded) or not replay.settle(flat):
             replay.flush()  # the verifier stopped short (a checker error): run the calls on the replay itself
-    if strict_abstention:
-        # Same replay, stricter reading: the first abstention turn with any attempt fails the task.
-        strict_fail = next((k for k, ev in enumerate(official.turns) if ev.abstention and attempted[k]), None)
-        if strict_fail is not None and (official.failed_turn is None or strict_fail < official.failed_turn):
-            verdict = verify(task, decoded, strict_abstention=True, attempted=attempted,
-                             call_timeout_s=call_timeout_s, timed_out=timed_out)
-        else:
-            verdict = official
-    else:
-        verdict = official
     valid, error_type = official.valid, official.error_type
     if trace.force_terminated:
         valid, error_type = False, FORCE_TERMINATED

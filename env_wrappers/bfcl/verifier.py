@@ -114,15 +114,25 @@ def _ground_truth_state(task: BFCLTask, gt_calls_so_far: list, call_timeout_s: f
     return b
 
 
-def _run_model_calls(backends: Backends, calls: list, timed_out: dict, call_timeout_s: float | None) -> list:
+def _run_model_calls(backends: Backends, calls: list, timed_out: dict, call_timeout_s: float | None,
+                     on_call=None, where: tuple = ()) -> list:
     """Run the model's calls of one turn; a call the rollout recorded as stopped at its time limit is not
-    run again (the isolated rollout dropped its effects: see ``isolation``) and gets the rollout's error."""
-    if not timed_out:
+    run again (the isolated rollout dropped its effects: see ``isolation``) and gets the rollout's error.
+
+    ``on_call``, if given, is told ``where + (position,)`` before each call starts and None when it ended:
+    a judge worker reports it to the process that enforces the time limit (see ``isolated_verify``)."""
+    if not timed_out and on_call is None:
         return backends.execute_many(calls)
     out: list = [None] * len(calls)
     run = [i for i in range(len(calls)) if i not in timed_out]
-    for i, r in zip(run, backends.execute_many([calls[i] for i in run])):
-        out[i] = r
+    if on_call is None:
+        for i, r in zip(run, backends.execute_many([calls[i] for i in run])):
+            out[i] = r
+    else:
+        for i in run:
+            on_call(where + (i,))
+            out[i] = backends.execute(calls[i])
+            on_call(None)
     for i, text in timed_out.items():
         if i < len(calls):
             if not isinstance(text, str):
@@ -133,7 +143,7 @@ def _run_model_calls(backends: Backends, calls: list, timed_out: dict, call_time
 
 def verify(task: BFCLTask, decoded: list, strict_abstention: bool = False, attempted: list | None = None,
            call_timeout_s: float | None = 10.0, model_outcomes: list | None = None,
-           timed_out: list | None = None) -> Verdict:
+           timed_out: list | None = None, on_call=None) -> Verdict:
     """Verify a model's decoded calls for ``task``.
 
     Args:
@@ -151,12 +161,17 @@ def verify(task: BFCLTask, decoded: list, strict_abstention: bool = False, attem
             every call a second time in its replay.
         timed_out: per turn, ``{position: recorded error text}`` for the calls (positions in the turn's
             flattened calls) the rollout recorded as stopped at their time limit; they are not run again (a
-            call that overran once would stall the verifier too) and get the rollout's error text.
+            call that overran once would stall the verifier too) and get the rollout's error text (a
+            position mapped to None gets the standard time-limit text).
+        on_call: run every model call inline (no time limit here) and report ``("model"|"cf", turn,
+            position)`` before each and None after it: the judge worker's hook; the time limit is then enforced by the
+            process that watches the worker (``isolated_verify``).
     """
     n = task.n_turns
     if len(decoded) != n:
         raise ValueError(f"{task.id}: {len(decoded)} decoded turns for {n} ground-truth turns")
-    model = Backends(task.involved_classes, task.initial_config, task.long_context, call_timeout_s)
+    limit = None if on_call is not None else call_timeout_s  # a watched worker runs the calls inline
+    model = Backends(task.involved_classes, task.initial_config, task.long_context, limit)
     # The ground-truth path runs only BFCL's own ground-truth calls (all 800 tasks replay in well under a
     # second), so it runs inline, without the worker-thread hand-off of a time limit; the rebuilt
     # ground-truth states on which model calls are replayed counterfactually keep the model's limit.
@@ -172,12 +187,12 @@ def verify(task: BFCLTask, decoded: list, strict_abstention: bool = False, attem
         verdict.turns.append(ev)
         try:
             skip = dict(timed_out[k]) if timed_out is not None and k < len(timed_out) else {}
-            outcomes = _run_model_calls(model, flat, skip, call_timeout_s)
+            outcomes = _run_model_calls(model, flat, skip, call_timeout_s, on_call, ("model", k))
             if model_outcomes is not None:
                 model_outcomes.append(outcomes)
             results = [r[0] for r in outcomes]
             judged_cf = verdict.failed_turn is not None and bool(gt_calls)
-            gt_start = _ground_truth_state(task, gt_history, call_timeout_s) if judged_cf else None
+            gt_start = _ground_truth_state(task, gt_history, limit) if judged_cf else None
             ev.gt_results = [gt.execute(c)[0] for c in gt_calls]
             gt_history.extend(gt_calls)
             prior = list(all_model_results)
@@ -191,7 +206,8 @@ def verify(task: BFCLTask, decoded: list, strict_abstention: bool = False, attem
                 continue
             if judged_cf:
                 ev.counterfactual = True
-                ev.model_results = [r[0] for r in _run_model_calls(gt_start, flat, skip, call_timeout_s)]
+                ev.model_results = [r[0] for r in _run_model_calls(gt_start, flat, skip, call_timeout_s, on_call,
+                                                                   ("cf", k))]
                 compare_to, so_far = gt_start, prior + ev.model_results
             else:
                 compare_to, so_far = model, all_model_results
@@ -210,3 +226,52 @@ def verify(task: BFCLTask, decoded: list, strict_abstention: bool = False, attem
             if verdict.failed_turn is None:
                 verdict.valid, verdict.error_type, verdict.failed_turn = False, CHECKER_ERROR, k
     return verdict
+
+
+def judge_job(task: BFCLTask, decoded: list, attempted: list, strict_abstention: bool,
+              call_timeout_s: float | None, timed_out: list | None, want_outcomes: bool,
+              on_call=None) -> tuple:
+    """The official verdict and, with ``strict_abstention``, the training verdict of one trajectory:
+    ``(official, verdict, model_outcomes or None)``. One unit of work, so that a judge worker does it in
+    one request (``isolated_verify``); in-process with ``on_call=None``.
+
+    The strict verdict replays the trajectory a second time only when an abstention turn with an attempt
+    comes before the official failure (otherwise both verdicts are the same)."""
+    outcomes: list | None = [] if want_outcomes else None
+    official = verify(task, decoded, strict_abstention=False, call_timeout_s=call_timeout_s,
+                      model_outcomes=outcomes, timed_out=timed_out, on_call=on_call)
+    verdict = official
+    if strict_abstention:
+        strict_fail = next((k for k, ev in enumerate(official.turns) if ev.abstention and attempted[k]), None)
+        if strict_fail is not None and (official.failed_turn is None or strict_fail < official.failed_turn):
+            verdict = verify(task, decoded, strict_abstention=True, attempted=attempted,
+                             call_timeout_s=call_timeout_s, timed_out=timed_out, on_call=on_call)
+    return official, verdict, outcomes
+
+
+def failed_verdict(task: BFCLTask, decoded: list, why: str) -> Verdict:
+    """A checker-error verdict, every turn carrying ``why``: what a judgement that could not finish gives."""
+    turns = []
+    for k in range(task.n_turns):
+        gt_calls = list(task.ground_truth[k])
+        flat = [c for s in (decoded[k] if k < len(decoded) else []) if s for c in s]
+        turns.append(TurnEvidence(index=k, abstention=not gt_calls, gt_calls=gt_calls, model_calls=flat,
+                                  checker_error=why[:500]))
+    return Verdict(valid=False, error_type=CHECKER_ERROR, failed_turn=0, turns=turns)
+
+
+def to_wire(verdict: Verdict) -> tuple:
+    """A verdict as plain tuples, for the pipe from a judge worker: its per-turn flags and differences
+    (everything Psi's checks read), without the call and result lists (several times cheaper to send)."""
+    return (verdict.valid, verdict.error_type, verdict.failed_turn,
+            [(e.index, e.abstention, e.gt_calls, e.checked, e.counterfactual, e.empty, e.state_ok, e.response_ok,
+              e.state_diff, e.checker_error) for e in verdict.turns])
+
+
+def from_wire(wire: tuple) -> Verdict:
+    """The inverse of :func:`to_wire` (the result lists stay empty)."""
+    valid, error_type, failed_turn, turns = wire
+    return Verdict(valid=valid, error_type=error_type, failed_turn=failed_turn, turns=[
+        TurnEvidence(index=i, abstention=a, gt_calls=g, checked=c, counterfactual=cf, empty=em, state_ok=so,
+                     response_ok=ro, state_diff=sd, checker_error=ce)
+        for i, a, g, c, cf, em, so, ro, sd, ce in turns])
