@@ -5,25 +5,18 @@ fails, and so does a step without learning signal when a least share of non-zero
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import statistics
 
 import pytest
 
+from _scripts import load_script
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _check_module():
-    spec = importlib.util.spec_from_file_location(
-        "seal_check_run", os.path.join(REPO, "recipes", "bfcl_v3", "cpu", "check_run.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-CHECK = _check_module()
+CHECK = load_script("recipes/bfcl_v3/cpu/check_run.py", "seal_check_run")
 
 # (reward, labels, abstention) of two groups of four rollouts
 GROUPS = {

@@ -8,23 +8,11 @@ alike failed `check_run.py` (`0/16 rollouts with a non-zero GRPO advantage`).
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from _scripts import load_script
 
-
-def _warm_start_module():
-    spec = importlib.util.spec_from_file_location(
-        "warm_start_under_test", os.path.join(REPO, "recipes", "bfcl_v3", "cpu", "warm_start.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-WS = _warm_start_module()
+WS = load_script("recipes/bfcl_v3/cpu/warm_start.py", "warm_start_under_test")
 TASKS = ["base_100", "base_104", "miss_func_100", "miss_param_100"]
 
 

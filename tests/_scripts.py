@@ -1,0 +1,16 @@
+"""Load a script of the repository (a recipe's check or tool, not part of an installed package) as a module."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_script(rel_path: str, module_name: str):
+    """The module of ``REPO/rel_path``, executed under ``module_name``."""
+    spec = importlib.util.spec_from_file_location(module_name, os.path.join(REPO, rel_path))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
