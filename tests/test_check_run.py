@@ -13,7 +13,6 @@ import pytest
 
 from _scripts import load_script
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 CHECK = load_script("recipes/bfcl_v3/cpu/check_run.py", "seal_check_run")
