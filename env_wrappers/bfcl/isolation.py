@@ -408,15 +408,19 @@ class WorkerPool:
             self._ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
         return self._ctx
 
-    def acquire(self, memory_limit_mb: int | None) -> _Worker:
+    def _take(self, idle: list, memory_limit_mb: int | None) -> _Worker:
+        """A live worker of ``idle`` with this cap (others found on the way are stopped), else a new one."""
         with self._lock:
-            while self._idle:
-                w = self._idle.pop()
+            while idle:
+                w = idle.pop()
                 if w.alive() and w.memory_limit_mb == memory_limit_mb:
                     return w
                 w.kill()
             ctx = self._context()
         return _Worker(ctx, memory_limit_mb)
+
+    def acquire(self, memory_limit_mb: int | None) -> _Worker:
+        return self._take(self._idle, memory_limit_mb)
 
     def release(self, worker: _Worker) -> None:
         """Return a worker after its rollout: reset it and keep it warm if it is back within its limits (see
@@ -445,14 +449,7 @@ class WorkerPool:
         """A worker for one judgement: an idle judgement worker with this cap, else a new one. Judgement
         workers keep no state between judgements but the tasks they were sent, so they skip a rollout
         worker's reset; :meth:`release_judge` checks their memory instead."""
-        with self._lock:
-            while self._judges:
-                w = self._judges.pop()
-                if w.alive() and w.memory_limit_mb == memory_limit_mb:
-                    return w
-                w.kill()
-            ctx = self._context()
-        return _Worker(ctx, memory_limit_mb)
+        return self._take(self._judges, memory_limit_mb)
 
     def release_judge(self, worker: _Worker, report: Any) -> None:
         """Keep a judgement worker warm if its peak resident memory (``((0, at start), (0, now))``) never grew
