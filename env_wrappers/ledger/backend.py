@@ -15,10 +15,10 @@ from seal_verl.trace import PARSE_BAD_STRUCTURE, PARSE_BAD_SYNTAX, PARSE_OK, PAR
 TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 MAX_CALL_CHARS = 2000
 
-_ACCOUNT = {"type": "string", "description": "account name"}
-_AMOUNT = {"type": "integer", "description": "whole amount, at least 1"}
+_ACCOUNT = {"type": "string"}
+_AMOUNT = {"type": "integer", "minimum": 1}
 TOOLS = [
-    {"name": "get_balance", "description": "Show the balance of an account.",
+    {"name": "get_balance", "description": "Balance of an account.",
      "parameters": {"type": "object", "properties": {"account": _ACCOUNT}, "required": ["account"]}},
     {"name": "deposit", "description": "Add money to an account.",
      "parameters": {"type": "object", "properties": {"account": _ACCOUNT, "amount": _AMOUNT},
@@ -26,7 +26,7 @@ TOOLS = [
     {"name": "withdraw", "description": "Take money out of an account.",
      "parameters": {"type": "object", "properties": {"account": _ACCOUNT, "amount": _AMOUNT},
                     "required": ["account", "amount"]}},
-    {"name": "transfer", "description": "Move money from one account to another.",
+    {"name": "transfer", "description": "Move money between accounts.",
      "parameters": {"type": "object", "properties": {"source": _ACCOUNT, "target": _ACCOUNT, "amount": _AMOUNT},
                     "required": ["source", "target", "amount"]}},
 ]
