@@ -92,9 +92,13 @@ def curve(path: str) -> dict:
                       "adv_nonzero": len(nonzero) / max(len(traces), 1), "w_mean": row.get("w_mean"),
                       "seconds": row.get("seconds")})
     val: dict[int, list[float]] = defaultdict(list)
+    acc: dict[int, list[float]] = defaultdict(list)
     for r in _jsonl(os.path.join(path, "val_traces.jsonl")):
         val[int(r["global_step"])].append(float(r.get("score") or 0.0))
-    return {"steps": steps, "heldout": {k: statistics.fmean(v) for k, v in sorted(val.items())}}
+        acc[int(r["global_step"])].append(float(r.get("acc") or 0.0))
+    # heldout: the reward's score (share of passing turns); heldout_acc: whole tasks passing
+    return {"steps": steps, "heldout": {k: statistics.fmean(v) for k, v in sorted(val.items())},
+            "heldout_acc": {k: statistics.fmean(v) for k, v in sorted(acc.items())}}
 
 
 def rise(c: dict, window: int) -> Optional[dict]:
@@ -195,7 +199,7 @@ def plot(curves: dict, path: str) -> None:
                 for x in cur["steps"]:
                     fails[x["step"]].append(1 - x["labels"].get("pass", 1.0) if x["labels"] else 0)
             axes[2].plot(sorted(fails), [statistics.fmean(fails[k]) for k in sorted(fails)], color=c, label=v)
-    titles = ("training reward per step (thin: seeds, thick: mean)", "held-out greedy accuracy, no cue (step 0: start)",
+    titles = ("training reward per step (thin: seeds, thick: mean)", "held-out greedy score (share of passing turns), no cue",
               "share of turns with a failure label")
     for ax, t in zip(axes, titles):
         ax.set_title(t, fontsize=10)

@@ -2,9 +2,11 @@
 
     python recipes/ledger_cpu/prepare_ledger.py RUN_DIR [--models-dir D]
 
-The model: ``tiny-random`` (seal_verl.tiny_model, shared with the BFCL CPU run) and ``ledger-warm``, its warm
-start on the ledger training tasks (ledger_warm_start.py; cached, rebuilt only when an input changes). Every
-run of the benchmark starts from these same weights. The data go to ``RUN_DIR/data``: ``train.parquet`` (the
+The model: ``tiny-random`` (seal_verl.tiny_model, shared with the BFCL CPU run) warm-started on the ledger
+training tasks in two stages (ledger_warm_start.py; each cached, rebuilt only when an input changes):
+``ledger-warm-1`` (30 epochs at lr 1e-2, cosine) and ``ledger-warm`` (10 more epochs at 5e-3 from it). The
+second stage exists because the first one's cosine schedule ends with the model still guessing most
+arguments; every run of the benchmark starts from ``ledger-warm``. The data go to ``RUN_DIR/data``: ``train.parquet`` (the
 64 training tasks, ``seal_env`` loop: SEAL's interface on) and ``eval.parquet`` (the 32 held-out tasks,
 ``env`` loop: no cue), written by the environment's own row builder.
 """
@@ -19,6 +21,9 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_MODELS = os.path.join(REPO, "runs", "cpu", "models")
+#: the warm start's stages: (model folder under --models-dir, ledger_warm_start.warm_start arguments)
+STAGES = (("ledger-warm-1", {"epochs": 30, "lr": 1e-2, "samples": 1, "target": 0.3}),
+          ("ledger-warm", {"epochs": 10, "lr": 5e-3, "samples": 1, "target": 0.3}))
 
 
 def main(argv=None) -> int:
@@ -39,7 +44,9 @@ def main(argv=None) -> int:
         model = os.path.abspath(args.model)
     else:
         base = dr.tiny_model(os.path.join(args.models_dir, "tiny-random"))
-        model = warm_start(os.path.join(args.models_dir, "ledger-warm"), base)["out"]
+        for name, params in STAGES:
+            base = warm_start(os.path.join(args.models_dir, name), base, **params)["out"]
+        model = base
     env = dr.environment(ENV)
     dr.write_parquet(dr.dataset_rows(env.task_ids("train"), "seal_env", "train", "json", env=ENV),
                      os.path.join(data, "train.parquet"))

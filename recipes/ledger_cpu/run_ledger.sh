@@ -7,7 +7,8 @@
 #   VARIANT=grpo STEPS=20 SEED=1 OUT=runs/ledger/grpo_s1 bash recipes/ledger_cpu/run_ledger.sh [hydra overrides]
 #
 # Environment: VARIANT (seal | grpo | no_env_side | no_reweighting | no_closed_loop), STEPS, SEED (data order and
-# sampling seed), OUT (run dir), SEAL_CPU_VENV (training venv), SEAL_CPU_MODELS (model cache), VERBOSE=1.
+# sampling seed), OUT (run dir), SEAL_CPU_VENV (training venv), SEAL_CPU_MODELS (model cache), SEAL_CPU_MODEL
+# (use this model folder as it is), VERBOSE=1.
 # The run dir gets data/, main_ppo.log and SEAL's run folder (metrics.jsonl, traces_step_k.jsonl, ...).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -29,7 +30,9 @@ export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 # one thread per process: on a small shared machine two torch threads per process made each step several times slower
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 T0=$(date +%s)
-(cd "$REPO" && "$PY" "$HERE/prepare_ledger.py" "$OUT" --models-dir "$MODELS") > "$OUT/prepare.log" 2>&1 || {
+MODEL_ARGS=(--models-dir "$MODELS")
+if [ -n "${SEAL_CPU_MODEL:-}" ]; then MODEL_ARGS=(--model "$SEAL_CPU_MODEL"); fi
+(cd "$REPO" && "$PY" "$HERE/prepare_ledger.py" "$OUT" "${MODEL_ARGS[@]}") > "$OUT/prepare.log" 2>&1 || {
   tail -30 "$OUT/prepare.log" >&2; echo "run-ledger: error: preparing the model and data failed ($OUT/prepare.log)" >&2; exit 1; }
 grep '^\[warm-start\]\|^model:' "$OUT/prepare.log" || true
 MODEL="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["model"])' "$OUT/prepare.json")"
