@@ -46,6 +46,11 @@ def main(argv=None) -> int:
         base = dr.tiny_model(os.path.join(args.models_dir, "tiny-random"))
         for name, params in STAGES:
             base = warm_start(os.path.join(args.models_dir, name), base, **params)["out"]
+            # the warm start leaves its rendered task files in the model folder; the next stage fingerprints
+            # every file of its base folder, so they must not be there
+            for f in os.listdir(base):
+                if f.endswith(".parquet"):
+                    os.remove(os.path.join(base, f))
         model = base
     env = dr.environment(ENV)
     dr.write_parquet(dr.dataset_rows(env.task_ids("train"), "seal_env", "train", "json", env=ENV),
