@@ -201,6 +201,8 @@ def plot(curves: dict, path: str) -> None:
             axes[2].plot(sorted(fails), [statistics.fmean(fails[k]) for k in sorted(fails)], color=c, label=v)
     titles = ("training reward per step (thin: seeds, thick: mean)", "held-out greedy score (share of passing turns), no cue",
               "share of turns with a failure label")
+    for ax in axes:
+        ax.set_ylim(-0.02, 1.02)
     for ax, t in zip(axes, titles):
         ax.set_title(t, fontsize=10)
         ax.set_xlabel("training step")
