@@ -7,7 +7,8 @@
 #   make test-cpu-two-nodes one real SEAL step on a two-node Ray cluster started on this machine (~4.5 min)
 #   make dry-run       the closed loop with a scripted policy (no vLLM, no optimizer step)
 #   make diagnose-demo label a demo `bfcl generate` result file and plot it
-#   make bench         the overhead benchmarks;  make bench-learning  SEAL vs GRPO learning curves on CPU
+#   make bench         the overhead benchmarks;  make bench-learning  GRPO vs SEAL and ablations on the ledger
+#                      environment, 3 seeds (LEARN_STEPS=N);  make test-learning-bench  3 steps of it (CI)
 #   make clean         remove the virtual environments (runs/ stays: `make clean-runs` removes results)
 PYTHON ?= python3.11
 VENV   ?= .venv
@@ -22,8 +23,9 @@ TORCH_SPEC ?= torch==2.13.0+cpu
 TORCH_PIP_ARGS ?=
 VARIANT ?= seal
 STEPS  ?= 4
+LEARN_STEPS ?= 20
 
-.PHONY: venv test test-cpu-training test-cpu-two-nodes run run-grpo cpu-env dry-run diagnose-demo bench bench-learning clean clean-runs
+.PHONY: venv test test-cpu-training test-learning-bench test-cpu-two-nodes run run-grpo cpu-env dry-run diagnose-demo bench bench-learning clean clean-runs
 
 $(VENV)/.installed: setup.py Makefile requirements-backbones.txt requirements-backbone-checks.txt
 	$(PYTHON) -m venv $(VENV)
@@ -74,9 +76,14 @@ diagnose-demo: venv
 bench: venv
 	$(PY) bench/bench_verifier.py
 
+# the ledger learning benchmark: GRPO, SEAL, no_env_side, no_reweighting x 3 seeds (resumes finished runs)
 bench-learning: venv cpu-env
-	.venv-cpu-train/bin/python bench/bench_learning.py --steps 8 --no-plot
-	$(PY) bench/bench_learning.py --steps 8 --plot-only
+	.venv-cpu-train/bin/python bench/bench_learning.py --steps $(LEARN_STEPS) --no-plot
+	$(PY) bench/bench_learning.py --steps $(LEARN_STEPS) --plot-only
+
+# 3 steps of the ledger benchmark's GRPO and SEAL runs through main_ppo (the CI check of that path)
+test-learning-bench: venv cpu-env
+	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q tests/test_learning_bench.py
 
 clean:
 	rm -rf $(VENV) .venv-cpu-train .venv-tau2 $(BFCL_VENV) *.egg-info

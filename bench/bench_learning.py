@@ -1,23 +1,21 @@
-"""SEAL vs vanilla GRPO learning curves on CPU, through verl's own launcher.
+"""The learning benchmark: GRPO, SEAL and two ablations on the ledger environment, several seeds, CPU.
 
     make bench-learning      # the runs in .venv-cpu-train, the figure with .venv (matplotlib)
-    .venv-cpu-train/bin/python bench/bench_learning.py [--steps 8] [--out runs/bench_learning] [--no-plot]
-    .venv/bin/python bench/bench_learning.py --plot-only --out runs/bench_learning
+    .venv-cpu-train/bin/python bench/bench_learning.py [--steps 20] [--seeds 1 2 3] [--variants grpo seal ...]
+    .venv/bin/python bench/bench_learning.py --plot-only
 
-Runs ``recipes/bfcl_v3/cpu/run_cpu.sh`` once per variant from the same warm-started tiny model (cached under
-``runs/cpu/models``), with the same seed, tasks, data order, budgets and step count, validating after every step
-(greedy, ``bfcl`` loop: no cue). Then it reads the run folders and writes, into ``--out``:
+Each run is ``recipes/ledger_cpu/run_ledger.sh`` (verl's ``main_ppo`` with the recipe's variant groups, the CPU
+overlay and the ledger overlay) from the same warm-started tiny model, with the seed setting the data order and
+the rollout sampling. Runs go in order of priority (every variant on the first seed, then the next seed), and a
+finished run in ``--out`` (its ``timing.json`` says exit 0 and the same step count) is reused, so an interrupted
+benchmark resumes where it stopped. From the run folders it writes into ``--out``:
 
-- ``learning.json``: per variant and step: mean training reward and its spread, pass rate, validation accuracy
-  per category and their mean, label prevalence, cue kinds on, mean |advantage|, mean SEAL weight;
-- ``learning.md``: the same as a table;
-- ``learning.png``: training reward, validation accuracy, mean |advantage|, the two most frequent failure labels,
-  the policy's entropy and its KL to the initial model per step, both variants in each panel.
-
-It prints, per variant, whether the training reward rose: the mean of the last three steps minus the mean of the
-first three, next to the spread of the per-step means (their standard deviation over the run): a rise well
-above that spread is learning, one inside it is noise. A run that already exists in ``--out`` is reused (pass
-``--force`` to run it again).
+- ``learning.json``: per run and step the mean training reward, pass rate, label mix, cue kinds on, mean SEAL
+  weight; per run the held-out greedy accuracy (no cue) before and after; per variant the rise of the
+  training reward (mean of the last ``--window`` steps minus the first) per seed, its mean and spread, and the
+  difference of each variant to GRPO next to the seed-to-seed spread;
+- ``learning.md``: those summaries as tables;
+- ``learning.png``: training reward per seed and the mean, held-out accuracy, label mix and cue kinds per step.
 """
 
 from __future__ import annotations
@@ -33,194 +31,229 @@ from collections import defaultdict
 from typing import Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUN_CPU = os.path.join(REPO, "recipes", "bfcl_v3", "cpu", "run_cpu.sh")
-LABELS = ("pass", "invalid_tool_call", "argument_mismatch", "state_mismatch", "recovery_failure",
-          "missing_tool_call", "response_mismatch", "spurious_tool_call", "correct_abstention")
+RUN = os.path.join(REPO, "recipes", "ledger_cpu", "run_ledger.sh")
+VARIANTS = ("grpo", "seal", "no_env_side", "no_reweighting")
+FAILURES = ("invalid_tool_call", "argument_mismatch", "state_mismatch", "recovery_failure", "missing_tool_call",
+            "response_mismatch", "spurious_tool_call")
+#: a variant "learns" on a seed when the last-window mean exceeds the first-window mean by at least this
+RISE_GOAL = 0.15
 
 
 def _jsonl(path: str) -> list[dict]:
     if not os.path.exists(path):
         return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def run_variant(variant: str, out: str, steps: int, force: bool, extra: list[str]) -> dict:
-    """One run_cpu.sh run (its console lines pass through); returns {"dir", "rc", "seconds"}."""
-    run_dir = os.path.join(out, variant)
-    done = os.path.join(run_dir, "timing.json")
-    if os.path.exists(done) and not force:
-        with open(done) as f:
-            timing = json.load(f)
-        if timing.get("exit_code") == 0 and timing.get("steps") == steps:
-            print(f"[bench-learning] {variant}: reusing {run_dir} (--force runs it again)", flush=True)
-            return {"dir": run_dir, "rc": 0, "seconds": timing.get("main_ppo_s")}
-    env = dict(os.environ, VARIANT=variant, STEPS=str(steps), OUT=run_dir, FORCE="1")
-    print(f"[bench-learning] {variant}: {steps} steps -> {run_dir}", flush=True)
-    t0 = time.time()
-    proc = subprocess.run(["bash", RUN_CPU, "trainer.test_freq=1", *extra], env=env, cwd=REPO)
-    return {"dir": run_dir, "rc": proc.returncode, "seconds": round(time.time() - t0, 1)}
-
-
-def curves(run_dir: str) -> list[dict]:
-    """Per training step of one run folder: the numbers the figure and the table show."""
-    val_by_step: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in _jsonl(os.path.join(run_dir, "val_traces.jsonl")):
-        cat = str(r.get("task_id", "")).rsplit("_", 1)[0].replace("multi_turn_", "")
-        val_by_step[int(r["global_step"])][cat].append(float(r.get("score") or 0.0))
     out = []
-    for row in _jsonl(os.path.join(run_dir, "metrics.jsonl")):
-        k = int(row["global_step"])
-        traces = _jsonl(os.path.join(run_dir, f"traces_step_{k}.jsonl"))
-        rewards = [float(t["reward"]) for t in traces]
-        adv = [abs(float(t["advantage"])) for t in traces if t.get("advantage") is not None]
-        val = {c: sum(v) / len(v) for c, v in sorted(val_by_step.get(k, {}).items())}
-        out.append({
-            "step": k,
-            "reward": statistics.fmean(rewards) if rewards else None,
-            "reward_sem": (statistics.stdev(rewards) / len(rewards) ** 0.5) if len(rewards) > 1 else 0.0,
-            "pass_rate": row.get("success_rate"),
-            "val": val,
-            "val_mean": statistics.fmean(val.values()) if val else None,
-            "prevalence": {z: (row.get("prevalence") or {}).get(z, 0.0) for z in LABELS},
-            "cues": row.get("active_during") or [],
-            "abs_advantage": statistics.fmean(adv) if adv else None,
-            "w_mean": row.get("w_mean"),
-            "entropy": (row.get("metrics") or {}).get("actor/entropy"),
-            "kl_to_start": (row.get("metrics") or {}).get("actor/kl_loss"),
-            "seconds": row.get("seconds"),
-        })
-    first_val = val_by_step.get(0)
-    if first_val and out:
-        out[0]["val_before"] = {c: sum(v) / len(v) for c, v in sorted(first_val.items())}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    break  # a line still being written
     return out
 
 
-def rise(rows: list[dict], k: int = 3) -> Optional[dict]:
-    """Mean training reward of the last k steps minus the first k, with the spread of the per-step means."""
-    r = [x["reward"] for x in rows if x["reward"] is not None]
-    if len(r) < 2 * k:
+def run_dir(out: str, variant: str, seed: int) -> str:
+    return os.path.join(out, f"{variant}_s{seed}")
+
+
+def finished(path: str, steps: int) -> bool:
+    try:
+        with open(os.path.join(path, "timing.json")) as f:
+            t = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return t.get("exit_code") == 0 and t.get("steps") == steps
+
+
+def run_one(out: str, variant: str, seed: int, steps: int, force: bool, extra: list[str]) -> int:
+    path = run_dir(out, variant, seed)
+    if finished(path, steps) and not force:
+        print(f"[bench-learning] {variant} seed {seed}: reusing {path}", flush=True)
+        return 0
+    env = dict(os.environ, VARIANT=variant, STEPS=str(steps), SEED=str(seed), OUT=path)
+    print(f"[bench-learning] {variant} seed {seed}: {steps} steps -> {path}", flush=True)
+    return subprocess.run(["bash", RUN, *extra], env=env, cwd=REPO).returncode
+
+
+def curve(path: str) -> dict:
+    """One run folder -> per-step rows and the held-out accuracy at each validation."""
+    steps = []
+    for row in _jsonl(os.path.join(path, "metrics.jsonl")):
+        k = int(row["global_step"])
+        traces = _jsonl(os.path.join(path, f"traces_step_{k}.jsonl"))
+        rewards = [float(t["reward"]) for t in traces if t.get("reward") is not None]
+        labels = [z for t in traces for z in (t.get("labels") or [])]
+        mix = {z: labels.count(z) / len(labels) for z in ("pass",) + FAILURES} if labels else {}
+        nonzero = [t for t in traces if t.get("grpo_advantage") not in (None, 0, 0.0)]
+        steps.append({"step": k, "reward": statistics.fmean(rewards) if rewards else None,
+                      "labels": mix, "cues": row.get("active_during") or [],
+                      "cue_rollouts": sum(1 for t in traces if t.get("cue_count")) / max(len(traces), 1),
+                      "adv_nonzero": len(nonzero) / max(len(traces), 1), "w_mean": row.get("w_mean"),
+                      "seconds": row.get("seconds")})
+    val: dict[int, list[float]] = defaultdict(list)
+    acc: dict[int, list[float]] = defaultdict(list)
+    for r in _jsonl(os.path.join(path, "val_traces.jsonl")):
+        val[int(r["global_step"])].append(float(r.get("score") or 0.0))
+        acc[int(r["global_step"])].append(float(r.get("acc") or 0.0))
+    # heldout: the reward's score (share of passing turns); heldout_acc: whole tasks passing
+    return {"steps": steps, "heldout": {k: statistics.fmean(v) for k, v in sorted(val.items())},
+            "heldout_acc": {k: statistics.fmean(v) for k, v in sorted(acc.items())}}
+
+
+def rise(c: dict, window: int) -> Optional[dict]:
+    r = [x["reward"] for x in c["steps"] if x["reward"] is not None]
+    if len(r) < 2 * window:
         return None
-    return {"first": statistics.fmean(r[:k]), "last": statistics.fmean(r[-k:]),
-            "rise": statistics.fmean(r[-k:]) - statistics.fmean(r[:k]), "spread": statistics.stdev(r)}
+    first, last = statistics.fmean(r[:window]), statistics.fmean(r[-window:])
+    ho = c["heldout"]
+    return {"first": first, "last": last, "rise": last - first,
+            "heldout_before": ho.get(0), "heldout_after": ho[max(ho)] if ho and max(ho) > 0 else None}
 
 
-def table(results: dict[str, list[dict]]) -> str:
-    lines = ["| variant | step | train reward (+- s.e.) | pass rate | val mean | val per category | mean abs adv | "
-             "w mean | cues on | top labels |", "|" + "---|" * 10]
-    for name, rows in results.items():
-        for x in rows:
-            top = sorted(((v, z) for z, v in x["prevalence"].items() if z != "pass" and v > 0), reverse=True)[:3]
-            lines.append(
-                f"| {name} | {x['step']} | {x['reward']:.3f} +- {x['reward_sem']:.3f} | {x['pass_rate']:.3f} | "
-                + (f"{x['val_mean']:.3f}" if x["val_mean"] is not None else "-") + " | "
-                + (", ".join(f"{c} {a:.2f}" for c, a in x["val"].items()) or "-") + " | "
-                + (f"{x['abs_advantage']:.3f}" if x["abs_advantage"] is not None else "-") + " | "
-                + (f"{x['w_mean']:.3f}" if x["w_mean"] is not None else "-") + " | "
-                + (",".join(x["cues"]) or "-") + " | " + ", ".join(f"{z} {v:.2f}" for v, z in top) + " |")
+def _ms(xs: list[float]) -> str:
+    if not xs:
+        return "-"
+    return f"{statistics.fmean(xs):+.3f} +- {statistics.stdev(xs):.3f}" if len(xs) > 1 else f"{xs[0]:+.3f}"
+
+
+def summarise(curves: dict, window: int) -> dict:
+    """Per variant: per-seed rises, their mean and sd, seeds meeting the goal, difference to GRPO."""
+    out: dict = {}
+    for variant, by_seed in curves.items():
+        rs = {s: rise(c, window) for s, c in by_seed.items()}
+        ok = {s: r for s, r in rs.items() if r is not None}
+        vals = [r["rise"] for r in ok.values()]
+        out[variant] = {"per_seed": rs, "mean_rise": statistics.fmean(vals) if vals else None,
+                        "sd_rise": statistics.stdev(vals) if len(vals) > 1 else None,
+                        "seeds_meeting_goal": sorted(s for s, r in ok.items() if r["rise"] >= RISE_GOAL)}
+    g = out.get("grpo", {}).get("per_seed", {})
+    for variant, s in out.items():
+        if variant == "grpo":
+            continue
+        diffs = [r["last"] - g[k]["last"] for k, r in s["per_seed"].items() if r and g.get(k)]
+        s["last_minus_grpo"] = {"mean": statistics.fmean(diffs) if diffs else None,
+                                "sd": statistics.stdev(diffs) if len(diffs) > 1 else None, "n": len(diffs)}
+    return out
+
+
+def tables(curves: dict, summary: dict, window: int) -> str:
+    lines = [f"| variant | seed | reward first {window} | last {window} | rise | held-out before -> after |",
+             "|---|---|---|---|---|---|"]
+    for v, s in summary.items():
+        for seed, r in sorted(s["per_seed"].items()):
+            if r is None:
+                n = len(curves[v][seed]["steps"])
+                lines.append(f"| {v} | {seed} | ({n} steps logged) | | | |")
+                continue
+            ho = ("-" if r["heldout_before"] is None else f"{r['heldout_before']:.3f}") + " -> " + (
+                "-" if r["heldout_after"] is None else f"{r['heldout_after']:.3f}")
+            lines.append(f"| {v} | {seed} | {r['first']:.3f} | {r['last']:.3f} | {r['rise']:+.3f} | {ho} |")
+    lines += ["", "| variant | mean rise +- sd over seeds | seeds with rise >= 0.15 | last-window reward minus GRPO's |",
+              "|---|---|---|---|"]
+    for v, s in summary.items():
+        vals = [r["rise"] for r in s["per_seed"].values() if r]
+        d = s.get("last_minus_grpo")
+        dtxt = "-" if not d or d["mean"] is None else (
+            f"{d['mean']:+.3f}" + (f" +- {d['sd']:.3f}" if d["sd"] is not None else "") + f" (n={d['n']})")
+        lines.append(f"| {v} | {_ms(vals)} | {len(s['seeds_meeting_goal'])}/{len(vals)} | {dtxt} |")
+    lines += ["", "| variant | seed | step | reward | adv!=0 | cue kinds on | cue rollouts | top failure labels |",
+              "|---|---|---|---|---|---|---|---|"]
+    for v, by_seed in curves.items():
+        for seed, c in sorted(by_seed.items()):
+            for x in c["steps"]:
+                top = sorted(((p, z) for z, p in x["labels"].items() if z != "pass" and p > 0), reverse=True)[:3]
+                lines.append(f"| {v} | {seed} | {x['step']} | "
+                             + ("-" if x["reward"] is None else f"{x['reward']:.3f}")
+                             + f" | {x['adv_nonzero']:.2f} | {','.join(x['cues']) or '-'} | {x['cue_rollouts']:.2f} | "
+                             + ", ".join(f"{z} {p:.2f}" for p, z in top) + " |")
     return "\n".join(lines)
 
 
-def plot(results: dict[str, list[dict]], path: str) -> None:
+def plot(curves: dict, path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 3, figsize=(16, 8))
-    colors = {"seal": "tab:blue", "grpo": "tab:orange"}
-    # the two failure labels most frequent over all runs (the toy's mix moves between a few labels)
-    totals = defaultdict(float)
-    for rows in results.values():
-        for x in rows:
-            for z, v in x["prevalence"].items():
-                if z not in ("pass", "correct_abstention"):
-                    totals[z] += v
-    shown = [z for z, _ in sorted(totals.items(), key=lambda kv: -kv[1])[:2]] or ["invalid_tool_call"]
-    for name, rows in results.items():
-        c = colors.get(name)
-        steps = [x["step"] for x in rows]
-        rew = [x["reward"] for x in rows]
-        sem = [x["reward_sem"] for x in rows]
-        ax = axes[0][0]
-        ax.plot(steps, rew, marker="o", color=c, label=name)
-        ax.fill_between(steps, [a - b for a, b in zip(rew, sem)], [a + b for a, b in zip(rew, sem)], color=c, alpha=0.2)
-        ax = axes[0][1]
-        vs = [(x["step"], x["val_mean"]) for x in rows if x["val_mean"] is not None]
-        before = rows[0].get("val_before") if rows else None
-        if before:
-            vs = [(0, statistics.fmean(before.values()))] + vs
-        if vs:
-            ax.plot([s for s, _ in vs], [v for _, v in vs], marker="o", color=c, label=name)
-        ax = axes[0][2]
-        ax.plot(steps, [x["abs_advantage"] for x in rows], marker="o", color=c, label=name)
-        ax = axes[1][0]
-        for z, style in zip(shown, ("-", "--")):
-            ax.plot(steps, [x["prevalence"][z] for x in rows], style, marker="o", color=c, label=f"{name}: {z}")
-        for ax, key in ((axes[1][1], "entropy"), (axes[1][2], "kl_to_start")):
-            pts = [(x["step"], x.get(key)) for x in rows if x.get(key) is not None]
-            if pts:
-                ax.plot([a for a, _ in pts], [b for _, b in pts], marker="o", color=c, label=name)
-    for ax in (axes[0][0], axes[0][1]):
-        ax.set_ylim(-0.02, 1.05)
-    axes[1][0].set_ylim(bottom=0)
-    titles = ("training reward (mean over rollouts, +- s.e.)", "validation accuracy (greedy, no cues; step 0 = before)",
-              "mean |advantage| on response tokens", "failure labels (share of labelled turns)",
-              "policy entropy per response token", "KL(actor || initial model), verl's kl_loss")
-    for ax, title in zip([a for row in axes for a in row], titles):
-        ax.set_title(title, fontsize=10)
+    colors = {"grpo": "tab:orange", "seal": "tab:blue", "no_env_side": "tab:green", "no_reweighting": "tab:red"}
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
+    for v, by_seed in curves.items():
+        c = colors.get(v)
+        per_step = defaultdict(list)
+        for seed, cur in sorted(by_seed.items()):
+            pts = [(x["step"], x["reward"]) for x in cur["steps"] if x["reward"] is not None]
+            for k, r in pts:
+                per_step[k].append(r)
+            axes[0].plot([a for a, _ in pts], [b for _, b in pts], color=c, alpha=0.3, lw=1)
+            ho = sorted(cur["heldout"].items())
+            if ho:
+                axes[1].plot([a for a, _ in ho], [b for _, b in ho], marker="o", color=c, alpha=0.6,
+                             label=f"{v} s{seed}")
+        ks = sorted(per_step)
+        if ks:
+            axes[0].plot(ks, [statistics.fmean(per_step[k]) for k in ks], color=c, lw=2.5,
+                         label=f"{v} (mean of {max(len(x) for x in per_step.values())} seeds)")
+            fails = defaultdict(list)
+            for seed, cur in by_seed.items():
+                for x in cur["steps"]:
+                    fails[x["step"]].append(1 - x["labels"].get("pass", 1.0) if x["labels"] else 0)
+            axes[2].plot(sorted(fails), [statistics.fmean(fails[k]) for k in sorted(fails)], color=c, label=v)
+    titles = ("training reward per step (thin: seeds, thick: mean)", "held-out greedy score (share of passing turns), no cue",
+              "share of turns with a failure label")
+    for ax in axes:
+        ax.set_ylim(-0.02, 1.02)
+    for ax, t in zip(axes, titles):
+        ax.set_title(t, fontsize=10)
         ax.set_xlabel("training step")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle("SEAL vs vanilla GRPO on CPU: warm-started tiny Qwen2, the 4 tasks of split_cpu.json, verl main_ppo")
+        ax.legend(fontsize=7)
+    fig.suptitle("ledger benchmark on CPU: warm-started tiny Qwen2, verl main_ppo, GRPO vs SEAL and ablations")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=8, help="training steps per variant (default: %(default)s)")
-    p.add_argument("--out", default=os.path.join(REPO, "runs", "bench_learning"), help="output folder")
-    p.add_argument("--variants", nargs="+", default=["grpo", "seal"], help="recipe variants (default: grpo seal)")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS))
+    p.add_argument("--window", type=int, default=5, help="steps averaged at the start and the end (default 5)")
+    p.add_argument("--out", default=os.path.join(REPO, "runs", "bench_learning"))
     p.add_argument("--force", action="store_true", help="run again even if a finished run is in --out")
-    p.add_argument("--plot-only", action="store_true", help="only read the run folders in --out and draw")
-    p.add_argument("--no-plot", action="store_true",
-                   help="skip the PNG (the training venv has no matplotlib: `make bench-learning` draws with .venv)")
+    p.add_argument("--plot-only", action="store_true", help="only read the run folders in --out")
+    p.add_argument("--no-plot", action="store_true", help="skip the PNG (the training venv has no matplotlib)")
     p.add_argument("extra", nargs="*", help="Hydra overrides passed to every run")
     args = p.parse_args(argv)
-    if args.steps < 6:
-        p.error("--steps must be at least 6 (the rise compares the first three steps with the last three)")
+    if args.steps < 2 * args.window:
+        p.error(f"--steps must be at least 2 x --window ({2 * args.window})")
     os.makedirs(args.out, exist_ok=True)
-    runs = {}
-    for v in args.variants:
-        if args.plot_only:
-            runs[v] = {"dir": os.path.join(args.out, v), "rc": 0}
-            continue
-        runs[v] = run_variant(v, args.out, args.steps, args.force, args.extra)
-        if runs[v]["rc"] != 0:
-            print(f"[bench-learning] {v} failed (exit {runs[v]['rc']}); see {runs[v]['dir']}/main_ppo.log", file=sys.stderr)
-            return 1
-    results = {v: curves(r["dir"]) for v, r in runs.items()}
-    summary = {v: rise(rows) for v, rows in results.items()}
+    t0 = time.time()
+    failed = []
+    if not args.plot_only:
+        for seed in args.seeds:
+            for v in args.variants:
+                if run_one(args.out, v, seed, args.steps, args.force, args.extra) != 0:
+                    failed.append(f"{v} seed {seed}")
+    curves = {v: {s: curve(run_dir(args.out, v, s)) for s in args.seeds if os.path.isdir(run_dir(args.out, v, s))}
+              for v in args.variants}
+    curves = {v: c for v, c in curves.items() if c}
+    summary = summarise(curves, args.window)
     with open(os.path.join(args.out, "learning.json"), "w") as f:
-        json.dump({"steps": args.steps, "runs": {v: r["dir"] for v, r in runs.items()}, "curves": results,
-                   "rise": summary}, f, indent=1)
-    md = table(results)
+        json.dump({"steps": args.steps, "window": args.window, "rise_goal": RISE_GOAL, "seeds": args.seeds,
+                   "summary": summary, "curves": curves, "failed": failed,
+                   "seconds": round(time.time() - t0, 1)}, f, indent=1)
+    md = tables(curves, summary, args.window)
     with open(os.path.join(args.out, "learning.md"), "w") as f:
         f.write(md + "\n")
-    if not args.no_plot:
-        plot(results, os.path.join(args.out, "learning.png"))
-    print(md)
-    for v, s in summary.items():
-        if s is None:
-            print(f"{v}: fewer than 6 steps logged")
-            continue
-        verdict = "rose" if s["rise"] > s["spread"] else ("rose, within the per-step spread" if s["rise"] > 0 else "did not rise")
-        print(f"{v}: training reward {s['first']:.3f} (first 3 steps) -> {s['last']:.3f} (last 3): "
-              f"{s['rise']:+.3f}, per-step spread {s['spread']:.3f}: {verdict}")
-    print(f"wrote {os.path.join(args.out, 'learning.png')}, learning.md, learning.json")
-    return 0
+    if not args.no_plot and curves:
+        plot(curves, os.path.join(args.out, "learning.png"))
+    print(md.split("\n\n| variant | seed | step")[0])
+    if failed:
+        print(f"[bench-learning] failed runs: {', '.join(failed)}", file=sys.stderr)
+    print(f"[bench-learning] wrote {args.out}/learning.json, learning.md" + ("" if args.no_plot else ", learning.png"))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

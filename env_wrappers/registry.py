@@ -36,6 +36,7 @@ ENTRY_POINT_GROUP = "seal_verl.environments"
 #: Environments shipped with the project (import path of the class, imported on first use).
 BUILTIN: dict[str, str] = {
     "bfcl": "env_wrappers.bfcl.environment:BFCLEnvironment",
+    "ledger": "env_wrappers.ledger.environment:LedgerEnvironment",
 }
 
 _REGISTERED: dict[str, Union[str, Any]] = {}

@@ -1,0 +1,186 @@
+"""The ledger environment behind the environment protocol: episodes, the per-turn verifier, scripting.
+
+Made for learning on CPU: a first prompt of a few hundred tokens (four small tools), two user turns, and
+failures Psi tells apart (bad JSON, wrong arguments, no call, an unrecovered error, a call where the agent
+should ask, a wrong state change). The verifier judges each turn from the ground-truth state at its start,
+so a mistake in turn 1 does not decide turn 2's label.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from functools import lru_cache
+from typing import Optional
+
+from env_wrappers.protocol import ABSTAIN_TEXT, CLOSING_TEXT, Environment, StepResult, ToolResult, Verification
+from seal_verl.diagnosis import TurnCheck
+from seal_verl.trace import Attempt, Trace, TurnTrace
+
+from .backend import TOOL_CALL, TOOL_NAMES, Ledger, decode_block, openai_tools, render_call, schema_errors
+from .tasks import FAMILIES, LedgerTask, all_tasks
+
+
+@lru_cache(maxsize=1)
+def _tasks() -> dict:
+    return all_tasks()
+
+
+class LedgerEpisode:
+    """One rollout: user turns in order; a message without a ``<tool_call>`` block ends the turn."""
+
+    def __init__(self, task: LedgerTask, call_format: str = "json", max_steps_per_turn: int = 4):
+        self.task = task
+        self.call_format = call_format
+        self.max_steps_per_turn = max_steps_per_turn
+        self.ledger = Ledger(task.balances)
+        self.trace = Trace(task_id=task.id, category=task.category)
+        self.turn = -1
+        self.steps = 0
+        self.done = False
+
+    def tools(self) -> list[dict]:
+        return openai_tools()
+
+    def _begin(self, k: int) -> list[dict]:
+        self.turn, self.steps = k, 0
+        self.trace.turns.append(TurnTrace(index=k))
+        return [{"role": "user", "content": self.task.turns[k]}]
+
+    def reset(self) -> list[dict]:
+        if self.turn != -1:
+            raise RuntimeError("reset() called twice")
+        return self._begin(0)
+
+    def _end(self, reason: str, result: StepResult) -> StepResult:
+        tt = self.trace.turns[-1]
+        tt.ended_by, tt.ended_with_text = reason, reason == "text"
+        result.turn_done = True
+        if self.turn + 1 >= len(self.task.turns) or reason == "step_limit":
+            self._finish(forced=reason == "step_limit")
+            result.episode_done = True
+        else:
+            result.next_user = self._begin(self.turn + 1)
+        return result
+
+    def _finish(self, forced: bool) -> None:
+        self.done = True
+        self.trace.force_terminated = forced
+        for k in range(len(self.trace.turns), len(self.task.turns)):
+            self.trace.turns.append(TurnTrace(index=k, ended_by="episode_end"))
+
+    def step(self, message: str) -> StepResult:
+        if self.done:
+            raise RuntimeError("episode is over")
+        calls = [decode_block(b) for b in TOOL_CALL.findall(message)]
+        attempt = Attempt(text=message[:4000], calls=calls)
+        self.trace.turns[-1].attempts.append(attempt)
+        result = StepResult(attempt=attempt, failed_calls=[c for c in calls if not c.parsed])
+        if not calls:
+            return self._end("text", result)
+        for rec in calls:
+            if not rec.parsed:
+                continue
+            rec.known = rec.available = rec.name in TOOL_NAMES
+            rec.schema_errors = schema_errors(rec.name, rec.arguments) if rec.known else []
+            rec.result, rec.is_error = self.ledger.run(rec.name, rec.arguments)
+            rec.executed = rec.known
+            result.tool_results.append(ToolResult(name=rec.name, call=rec.call, content=rec.result,
+                                                  is_error=rec.is_error))
+        if not result.tool_results:
+            return self._end("parse_error", result)
+        self.steps += 1
+        if self.steps > self.max_steps_per_turn:
+            return self._end("step_limit", result)
+        return result
+
+    def end_turn(self, reason: str = "token_budget") -> StepResult:
+        return self._end(reason, StepResult())
+
+    def terminate(self, reason: str = "token_budget") -> None:
+        if not self.done:
+            self.trace.turns[-1].ended_by = self.trace.turns[-1].ended_by or reason
+            self._finish(False)
+
+
+class LedgerEnvironment(Environment):
+    """Registered as ``ledger``: 64 training and 32 held-out seeded tasks in five families."""
+
+    name = "ledger"
+    call_formats = ("json",)
+    max_steps_per_turn = 4
+    categories = FAMILIES
+
+    def load_task(self, task_id: str) -> LedgerTask:
+        for split in _tasks().values():
+            if task_id in split:
+                return split[task_id]
+        raise KeyError(f"unknown ledger task id {task_id!r}")
+
+    def task_ids(self, split: str) -> list[str]:
+        if split not in ("train", "eval"):
+            raise KeyError(f"ledger splits are train and eval, got {split!r}")
+        return list(_tasks()[split])
+
+    def start(self, task, *, call_format, max_steps_per_turn=None, call_timeout_s=None) -> LedgerEpisode:
+        if call_format not in self.call_formats:
+            raise ValueError(f"the ledger environment decodes JSON tool calls only, got call_format={call_format!r}")
+        return LedgerEpisode(task, call_format, max_steps_per_turn or self.max_steps_per_turn)
+
+    def initial_messages(self, task, messages, call_format):
+        return [dict(m) for m in messages], openai_tools()
+
+    def n_turns(self, task) -> int:
+        return len(task.turns)
+
+    def verify(self, task: LedgerTask, trace: Trace, *, strict_abstention: bool = True,
+               call_timeout_s: Optional[float] = None) -> Verification:
+        """Per turn from the ground-truth state at its start: the model's calls on one copy, the ground truth's
+        on another; the states must match and every ground-truth result must be among the model's results."""
+        gt = Ledger(task.balances)
+        checks, valid, reward_valid = [], True, not trace.force_terminated
+        for turn, gt_calls in zip(trace.turns, task.ground_truth):
+            mine = copy.deepcopy(gt)
+            model_results = [mine.run(c.name, c.arguments)[0] for a in turn.attempts for c in a.calls if c.parsed]
+            gt_results = [gt.run(c["name"], c["arguments"])[0] for c in gt_calls]
+            attempted = any(a.calls for a in turn.attempts)
+            if not gt_calls:
+                checks.append(TurnCheck(abstention=True, passed=True))
+                reward_valid &= not (strict_abstention and attempted)
+                continue
+            state_ok = mine.state() == gt.state()
+            response_ok = not (Counter(gt_results) - Counter(model_results))
+            passed = state_ok and response_ok
+            checks.append(TurnCheck(abstention=False, passed=passed, state_ok=state_ok, response_ok=response_ok,
+                                    gt_functions=[c["name"] for c in gt_calls]))
+            valid &= passed
+        valid &= not trace.force_terminated
+        return Verification(task_id=task.id, category=task.category, valid=valid,
+                            reward_valid=valid and reward_valid, checks=checks)
+
+    # ---------------------------------------------------------------------------------------- scripting
+    def reference_turns(self, task: LedgerTask, call_format: str) -> list[list[str]]:
+        """One message per ground-truth call (a ``sweep`` amount is read from the previous result), then text."""
+        return [[render_call(c) for c in calls] + [CLOSING_TEXT] if calls else [ABSTAIN_TEXT]
+                for calls in task.ground_truth]
+
+    def failure_turns(self, task: LedgerTask, target: str, call_format: str, seed: int):
+        reference = self.reference_turns(task, call_format)
+        for k, calls in enumerate(task.ground_truth):
+            if not calls:
+                continue
+            first = calls[0]
+            if target == "invalid_tool_call":
+                yield "bad_syntax", k, ['<tool_call>\n{"name": "' + first["name"] + '", \n</tool_call>', CLOSING_TEXT]
+            elif target == "argument_mismatch":
+                bad = dict(first, arguments=dict(first["arguments"], account="nobody")
+                           if "account" in first["arguments"] else dict(first["arguments"], amount=1000))
+                yield "wrong_value", k, [render_call(bad)] + reference[k][1:]
+            elif target == "recovery_failure" and first["name"] == "get_balance":
+                failing = {"name": "withdraw", "arguments": {"account": first["arguments"]["account"], "amount": 999}}
+                yield "error_not_recovered", k, [render_call(failing), CLOSING_TEXT]
+            elif target == "state_mismatch" and first["name"] in ("deposit", "withdraw"):
+                other = "withdraw" if first["name"] == "deposit" else "deposit"
+                wrong = {"name": other, "arguments": dict(first["arguments"], amount=1)}
+                yield "wrong_function", k, [render_call(wrong), CLOSING_TEXT]
+        yield from super().failure_turns(task, target, call_format, seed)

@@ -1,0 +1,215 @@
+"""Warm start of the ledger learning benchmark: the tiny local Qwen2 fine-tuned on ground-truth ledger
+trajectories until it is partly right, with and without SEAL's cue text in its observations.
+
+    python recipes/ledger_cpu/ledger_warm_start.py OUT_DIR --base MODEL_DIR [--epochs N] [--lr X]
+                                                   [--target P] [--samples K] [--force]
+
+The rows are rendered by verl's real ``AgentLoopWorker`` running the ``seal_env`` loop on every training task,
+with a scripted client that answers with the ground truth (as ``recipes/bfcl_v3/cpu/warm_start.py`` does for
+BFCL, whose fine-tuning, sampling and caching code this reuses). Unlike the BFCL warm start, each task is
+rendered twice: under the initial interface (no cue) and with every cue kind on and ``proactive_cues`` true, so
+the start-of-task cue blocks sit in the first user message. The model thus learns its calls both with and
+without cue text and can still act when SEAL switches cues on during RL; without such rows a 0.4M-parameter
+model is knocked off its calls by text it has never seen. Then the same agent loop samples ``--samples``
+rollouts per training task at the recipe's temperature and greedy rollouts of the held-out tasks; both pass
+rates go to ``warm_start.json``. Cached by a fingerprint of every input; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from typing import Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "recipes", "bfcl_v3", "cpu"))
+import warm_start as base_ws  # noqa: E402  (the BFCL warm start: fine_tune, HFSampler, caching helpers)
+
+ENV = "ledger"
+AGENT_LOOPS = os.path.join(HERE, "agent_loops", "json.yaml")
+TRAIN_LOOP, EVAL_LOOP = "seal_env", "env"
+PROMPT_LENGTH = 1536
+RESPONSE_LENGTH = 768
+TEMPERATURE = 1.0
+DEFAULTS = {"epochs": 40, "lr": 5e-3, "samples": 4, "seed": 0, "target": 0.35}
+
+
+def _setup(model: str, task_ids: list[str], llm_factory, rollouts: int, out: str, loop: str,
+           overrides: Optional[list[str]] = None):
+    """verl's AgentLoopWorker in this process over ``task_ids`` (rows of ``loop``) with the client of the factory."""
+    from transformers import AutoTokenizer
+
+    from seal_verl import dry_run as dr
+
+    config = dr.verl_config(model, agent_loop_yaml=AGENT_LOOPS, rollouts=rollouts, prompt_length=PROMPT_LENGTH,
+                            response_length=RESPONSE_LENGTH, reward_path=dr.reward_fn_path(ENV), seal={},
+                            overrides=[f"actor_rollout_ref.rollout.temperature={TEMPERATURE}",
+                                       f"actor_rollout_ref.rollout.agent.default_agent_loop={loop}"]
+                            + list(overrides or []))
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    llm = llm_factory(tokenizer)
+    worker = dr.make_worker(config, llm)
+    parquet = dr.write_parquet(dr.dataset_rows(task_ids, loop, "train", "json", env=ENV),
+                               os.path.join(out, f"warm_start_{loop}.parquet"))
+    batch = dr.load_batch(parquet, config, tokenizer, rollouts, uid_prefix="warm-")
+    return worker, batch, llm
+
+
+def _state(active: tuple):
+    from seal_verl.interface import CUE_KINDS, InterfaceConfig, InterfaceState
+    from seal_verl.loop import ClosedLoopState, SealSwitches
+    from seal_verl.weighting import WeightingConfig
+
+    base = ClosedLoopState.initial(SealSwitches(), InterfaceConfig(), WeightingConfig())
+    return ClosedLoopState(step=0, interface=InterfaceState(
+        active={k: k in active for k in CUE_KINDS}, streak_below={k: 0 for k in CUE_KINDS}, step=0),
+        rho=dict(base.rho), base_rho=dict(base.base_rho))
+
+
+def render_rows(model: str, task_ids: list[str], out: str) -> list[dict]:
+    """Ground-truth rows of every task under no cue and under every cue kind on (proactive cues)."""
+    from seal_verl import dry_run as dr
+    from seal_verl.interface import CUE_KINDS
+    from seal_verl.verl_glue.agent_loop import set_state_source
+
+    env = dr.environment(ENV)
+    tasks = {t: env.load_task(t) for t in task_ids}
+    subsets = [(), tuple(CUE_KINDS)]
+
+    book = dr.PlanBook("json", 0, env=ENV)
+
+    def factory(tok):
+        return dr.ScriptedLLM(tok, tasks, default=lambda t: book.get(t, "pass"), env=ENV)
+
+    async def go():
+        worker, batch, llm = _setup(model, task_ids, factory, 1, out, TRAIN_LOOP)
+        gens = []
+        try:
+            for subset in subsets:
+                set_state_source(_state(subset))
+                llm.reset()
+                gens.append((subset, await worker.generate_sequences(batch)))
+        finally:
+            set_state_source(None)
+        return gens
+
+    rows, failed = [], []
+    for subset, gen in base_ws._run_loop(go):
+        rows.extend(base_ws._rows_of(gen, subset, failed))
+    if failed:
+        raise base_ws.WarmStartError(f"ground-truth ledger rollouts that do not pass: {'; '.join(failed[:4])}")
+    rows.sort(key=lambda r: (task_ids.index(r["task_id"]), len(r["interface"]), r["interface"]))
+    return rows
+
+
+def pass_rates(model_dir: str, task_ids: list[str], samples: int, seed: int, out: str, greedy: bool = False) -> dict:
+    """Per task: rollouts sampled from ``model_dir`` (training loop at temperature 1, or the evaluation loop
+    greedily), graded by the real reward function -> ``{"pass_rate", "scores", "labels"}``."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model.eval()
+    loop = EVAL_LOOP if greedy else TRAIN_LOOP
+    over = ["actor_rollout_ref.rollout.temperature=0"] if greedy else []
+
+    async def go():
+        worker, batch, _ = _setup(model_dir, task_ids, lambda t: base_ws.HFSampler(model, t, seed), samples, out,
+                                  loop, over)
+        return await worker.generate_sequences(batch)
+
+    gen = base_ws._run_loop(go)
+    result: dict = {t: {"scores": [], "labels": []} for t in task_ids}
+    for i in range(len(gen)):
+        tid = str(gen.non_tensor_batch["task_id"][i])
+        result[tid]["scores"].append(float(gen.non_tensor_batch["score"][i]))
+        result[tid]["labels"].append(json.loads(str(gen.non_tensor_batch["seal_labels"][i])))
+    for r in result.values():
+        r["pass_rate"] = sum(r["scores"]) / max(len(r["scores"]), 1)
+    return result
+
+
+def _mean(rates: dict) -> Optional[float]:
+    return sum(r["pass_rate"] for r in rates.values()) / len(rates) if rates else None
+
+
+def warm_start(out: str, base: str, epochs: int = DEFAULTS["epochs"], lr: float = DEFAULTS["lr"],
+               samples: int = DEFAULTS["samples"], seed: int = DEFAULTS["seed"], target: float = DEFAULTS["target"],
+               force: bool = False) -> dict:
+    """Build (or reuse) the warm-started ledger model in ``out``; returns ``warm_start.json``'s contents."""
+    from seal_verl import dry_run as dr
+
+    env = dr.environment(ENV)
+    train_ids, eval_ids = env.task_ids("train"), env.task_ids("eval")
+    t0 = time.time()
+    os.makedirs(out, exist_ok=True)
+    rows = render_rows(base, train_ids, out)
+    params = {"epochs": int(epochs), "lr": float(lr), "samples": int(samples), "seed": int(seed),
+              "target": float(target), "temperature": TEMPERATURE, "code": base_ws._file_digest(__file__)}
+    fp = base_ws.fingerprint(base, rows, params)
+    info = base_ws.read_info(out)
+    if not force and info and info.get("fingerprint") == fp and os.path.isfile(os.path.join(out, "config.json")):
+        print(f"[warm-start] cached: {out} (fingerprint {fp[:12]}); sampled pass rate on the training tasks "
+              f"{info.get('mean_pass_rate')}, greedy held-out accuracy {info.get('heldout_greedy')}", flush=True)
+        return dict(info, out=os.path.abspath(out))
+    print(f"[warm-start] {len(rows)} ground-truth rows ({len(train_ids)} tasks x no cue / every cue on): "
+          f"{sum(r['trained_tokens'] for r in rows)} trained tokens, "
+          f"{min(len(r['input_ids']) for r in rows)}-{max(len(r['input_ids']) for r in rows)} tokens per row", flush=True)
+    t1 = time.time()
+    for name in os.listdir(out):
+        if name in (base_ws.INFO_FILE, "config.json", "generation_config.json", "model.safetensors"):
+            os.remove(os.path.join(out, name))
+    log = base_ws.fine_tune(base, rows, out, epochs, lr, seed, target)
+    t2 = time.time()
+    rates = pass_rates(out, train_ids, samples, seed, out) if samples else {}
+    held = pass_rates(out, eval_ids, 1, seed, out, greedy=True) if samples else {}
+    t3 = time.time()
+    info = {
+        "fingerprint": fp, "out": os.path.abspath(out), "base": os.path.abspath(base), "env": ENV,
+        "tasks": train_ids, "params": params, "epochs_run": log[-1]["epoch"], "log": log,
+        "rows": [{k: r[k] for k in ("task_id", "interface", "prompt_tokens", "response_tokens", "trained_tokens")}
+                 for r in rows],
+        "pass_rates": rates, "mean_pass_rate": _mean(rates),
+        "heldout": held, "heldout_greedy": _mean(held),
+        "seconds": {"render": round(t1 - t0, 1), "fine_tune": round(t2 - t1, 1), "pass_rate": round(t3 - t2, 1)},
+    }
+    with open(os.path.join(out, base_ws.INFO_FILE) + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(info, f, indent=1)
+    os.replace(os.path.join(out, base_ws.INFO_FILE) + ".tmp", os.path.join(out, base_ws.INFO_FILE))
+    print(f"[warm-start] sampled pass rate on the training tasks {info['mean_pass_rate']}, greedy held-out "
+          f"accuracy {info['heldout_greedy']}; done in {t3 - t0:.0f} s (fine-tune {t2 - t1:.0f} s, pass rates "
+          f"{t3 - t2:.0f} s): {out}", flush=True)
+    return info
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out")
+    p.add_argument("--base", required=True, help="the tiny random model to start from")
+    p.add_argument("--epochs", type=int, default=DEFAULTS["epochs"])
+    p.add_argument("--lr", type=float, default=DEFAULTS["lr"])
+    p.add_argument("--target", type=float, default=DEFAULTS["target"],
+                   help="stop once the mean exp(-NLL) of the ground-truth rows reaches this (default: %(default)s)")
+    p.add_argument("--samples", type=int, default=DEFAULTS["samples"])
+    p.add_argument("--seed", type=int, default=DEFAULTS["seed"])
+    p.add_argument("--force", action="store_true")
+    args = p.parse_args(argv)
+    from seal_verl.dry_run.run import _quiet_libraries
+
+    _quiet_libraries()
+    try:
+        warm_start(args.out, args.base, args.epochs, args.lr, args.samples, args.seed, args.target, args.force)
+    except (base_ws.WarmStartError, ValueError, FileNotFoundError) as e:
+        print(f"warm-start: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""bench/bench_learning.py's reading of run folders (no training): per-step curves, the rise over a window,
+the difference to GRPO, and which finished runs are reused."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_spec = importlib.util.spec_from_file_location("bench_learning", os.path.join(REPO, "bench", "bench_learning.py"))
+bl = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bl)
+
+
+def fake_run(path, rewards, heldout=(0.1, 0.4), steps_done=None, exit_code=0):
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "metrics.jsonl"), "w") as m:
+        for k, r in enumerate(rewards, 1):
+            m.write(json.dumps({"global_step": k, "active_during": ["schema_constraints"] if k > 2 else [],
+                                "w_mean": 1.0}) + "\n")
+            with open(os.path.join(path, f"traces_step_{k}.jsonl"), "w") as t:
+                for i in range(4):  # 4 rollouts: rewards r +- 0.1, so the mean is r
+                    t.write(json.dumps({"reward": r + (0.1 if i % 2 else -0.1), "labels": ["pass", "argument_mismatch"],
+                                        "grpo_advantage": 0.5, "cue_count": 1 if k > 2 else 0}) + "\n")
+    with open(os.path.join(path, "val_traces.jsonl"), "w") as v:
+        for step, score in zip((0, len(rewards)), heldout):
+            for _ in range(2):
+                v.write(json.dumps({"global_step": step, "score": score, "acc": 0.0}) + "\n")
+    with open(os.path.join(path, "timing.json"), "w") as f:
+        json.dump({"exit_code": exit_code, "steps": steps_done or len(rewards)}, f)
+
+
+def test_rise_and_difference_to_grpo(tmp_path):
+    fake_run(tmp_path / "grpo_s1", [0.2] * 5 + [0.5] * 5)
+    fake_run(tmp_path / "seal_s1", [0.2] * 5 + [0.3] * 5)
+    curves = {v: {1: bl.curve(str(tmp_path / f"{v}_s1"))} for v in ("grpo", "seal")}
+    s = bl.summarise(curves, window=5)
+    assert s["grpo"]["per_seed"][1]["rise"] == pytest.approx(0.3)
+    assert s["grpo"]["seeds_meeting_goal"] == [1] and s["seal"]["seeds_meeting_goal"] == []
+    assert s["seal"]["last_minus_grpo"]["mean"] == pytest.approx(-0.2)
+    assert s["grpo"]["per_seed"][1]["heldout_before"] == pytest.approx(0.1)
+    assert s["grpo"]["per_seed"][1]["heldout_after"] == pytest.approx(0.4)
+    assert curves["seal"][1]["steps"][3]["cues"] == ["schema_constraints"]
+    md = bl.tables(curves, s, 5)
+    assert "| grpo | 1 | 0.200 | 0.500 | +0.300 |" in md
+
+
+def test_too_short_run_has_no_rise(tmp_path):
+    fake_run(tmp_path / "grpo_s1", [0.2] * 6)
+    assert bl.rise(bl.curve(str(tmp_path / "grpo_s1")), window=5) is None
+
+
+def test_only_finished_runs_of_the_same_length_are_reused(tmp_path):
+    fake_run(tmp_path / "a", [0.1] * 4)
+    fake_run(tmp_path / "b", [0.1] * 4, exit_code=1)
+    assert bl.finished(str(tmp_path / "a"), 4)
+    assert not bl.finished(str(tmp_path / "a"), 6)
+    assert not bl.finished(str(tmp_path / "b"), 4)
+    assert not bl.finished(str(tmp_path / "missing"), 4)

@@ -1,0 +1,132 @@
+"""The ledger environment (env_wrappers/ledger): seeded splits, episodes, verifier + Psi labels, registration."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from env_wrappers.ledger.backend import render_call
+from env_wrappers.ledger.tasks import FAMILIES, all_tasks
+from env_wrappers.protocol import ABSTAIN_TEXT, CLOSING_TEXT
+from env_wrappers.registry import get_environment
+from seal_verl.diagnosis import diagnose
+
+ENV = get_environment("ledger")
+
+
+def first_of(family: str, split: str = "train"):
+    return next(t for t in all_tasks()[split].values() if t.category == family)
+
+
+def play(task, turns: list[list[str]]):
+    """Feed each turn's messages (a turn ends at its first message without a call); returns (verification, labels)."""
+    episode = ENV.start(task, call_format="json")
+    episode.reset()
+    for messages in turns:
+        for text in list(messages) + [CLOSING_TEXT]:
+            if episode.done:
+                break
+            if episode.step(text).turn_done:
+                break
+    if not episode.done:
+        episode.terminate()
+    v = ENV.verify(task, episode.trace)
+    return v, diagnose(episode.trace, v.checks).labels
+
+
+def call(name, **arguments):
+    return render_call({"name": name, "arguments": arguments})
+
+
+def test_splits_are_seeded_sized_and_disjoint():
+    a, b = all_tasks(), all_tasks()
+    assert len(a["train"]) >= 64 and len(a["eval"]) >= 32
+    assert [t.turns for t in a["train"].values()] == [t.turns for t in b["train"].values()]
+    assert {t.category for t in a["eval"].values()} == set(FAMILIES)
+    assert not {t.key for t in a["train"].values()} & {t.key for t in a["eval"].values()}
+    assert ENV.task_ids("train") == list(a["train"]) and ENV.task_ids("eval") == list(a["eval"])
+    with pytest.raises(KeyError):
+        ENV.load_task("ledger_train_999")
+
+
+@pytest.mark.parametrize("split", ["train", "eval"])
+def test_reference_passes_every_task(split):
+    for task in all_tasks()[split].values():
+        v, labels = play(task, ENV.reference_turns(task, "json"))
+        assert v.valid and v.reward_valid, (task.id, labels)
+        assert labels == ["pass"] * len(task.turns)
+
+
+def _outputs():
+    """(family, turn-0 messages, turn-1 messages, expected labels): one model behaviour each."""
+    dc = first_of("deposit_check")
+    x, a = dc.ground_truth[0][0]["arguments"]["account"], dc.ground_truth[0][0]["arguments"]["amount"]
+    good_check = call("get_balance", account=x)
+    ta = first_of("transfer_ask")
+    t_args = ta.ground_truth[0][0]["arguments"]
+    sw = first_of("sweep")
+    s_args = sw.ground_truth[0][1]["arguments"]
+    return [
+        ("deposit_check", [call("deposit", account=x, amount=a)], [good_check], ["pass", "pass"]),
+        ("deposit_check", ['<tool_call>\n{"name": "deposit", "arguments": {"account": \n</tool_call>'], [good_check],
+         ["invalid_tool_call", "pass"]),
+        ("deposit_check", [call("open_account", account=x)], [good_check], ["invalid_tool_call", "pass"]),
+        ("deposit_check", [call("deposit", account=x, amount=str(a))], [good_check], ["argument_mismatch", "pass"]),
+        ("deposit_check", [call("deposit", account=x, amount=a + 1)], [good_check], ["argument_mismatch", "pass"]),
+        ("deposit_check", ["Sure, done."], [good_check], ["missing_tool_call", "pass"]),
+        ("deposit_check", [call("withdraw", account=x, amount=1)], [good_check], ["state_mismatch", "pass"]),
+        ("deposit_check", [call("deposit", account=x, amount=a)], [call("withdraw", account=x, amount=999)],
+         ["pass", "recovery_failure"]),
+        ("deposit_check", [call("deposit", account=x, amount=a)], ["It is fine."], ["pass", "missing_tool_call"]),
+        ("transfer_ask", [call("transfer", **t_args)], [ABSTAIN_TEXT], ["pass", "pass"]),
+        ("transfer_ask", [call("transfer", **t_args)], [call("deposit", account=t_args["target"], amount=5)],
+         ["pass", "spurious_tool_call"]),
+        ("transfer_ask", [call("transfer", source=t_args["source"], target=t_args["target"], amount=10_000)],
+         [ABSTAIN_TEXT], ["argument_mismatch", "pass"]),
+        # sweep: the amount must be read from the balance the first call returns
+        ("sweep", [call("get_balance", account=s_args["source"]), call("transfer", **s_args)],
+         [call("get_balance", account=s_args["target"])], ["pass", "pass"]),
+        ("sweep", [call("get_balance", account=s_args["source"]),
+                   call("transfer", **dict(s_args, amount=s_args["amount"] - 1))],
+         [call("get_balance", account=s_args["target"])], ["argument_mismatch", "pass"]),
+        ("sweep", [call("transfer", **s_args)], [call("get_balance", account=s_args["target"])],
+         ["missing_tool_call", "pass"]),
+    ]
+
+
+@pytest.mark.parametrize("family,turn0,turn1,expected", _outputs())
+def test_model_output_gets_label(family, turn0, turn1, expected):
+    _, labels = play(first_of(family), [turn0, turn1])
+    assert labels == expected
+
+
+def test_psi_sees_at_least_five_failure_labels():
+    seen = {lab for *_, exp in _outputs() for lab in exp} - {"pass"}
+    assert {"invalid_tool_call", "argument_mismatch", "missing_tool_call", "recovery_failure",
+            "spurious_tool_call"} <= seen
+
+
+@pytest.mark.parametrize("payload", [
+    '{"name": "deposit", "arguments": {"account": "__import__(\'os\').system(\'echo hi\')", "amount": 1}}',
+    '{"name": "__class__", "arguments": {}}',
+    '{"name": "run", "arguments": {"name": "deposit", "arguments": {}}}',
+    "[1, 2, 3]",
+    "x" * 5000,
+])
+def test_untrusted_call_text_is_never_code(payload):
+    task = first_of("deposit_check")
+    episode = ENV.start(task, call_format="json")
+    episode.reset()
+    result = episode.step("<tool_call>" + payload + "</tool_call>")
+    rec = result.attempt.calls[0]
+    assert not (rec.parsed and rec.executed and not rec.is_error)
+    assert episode.ledger.state() == dict(sorted(task.balances.items()))
+
+
+def test_dataset_rows_name_the_environment_and_fit_a_small_prompt():
+    rows = ENV.dataset_rows(ENV.task_ids("train")[:3], "train", "json")
+    assert [r["extra_info"]["env"] for r in rows] == ["ledger"] * 3
+    msgs, tools = ENV.initial_messages(ENV.load_task(rows[0]["extra_info"]["task_id"]), rows[0]["prompt"], "json")
+    # the tool docs plus one user turn stay small (a BFCL first prompt is ~20k characters)
+    assert len(json.dumps(tools)) + sum(len(m["content"]) for m in msgs) < 2500
