@@ -200,9 +200,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--seed", type=int, default=DEFAULTS["seed"])
     p.add_argument("--force", action="store_true")
     args = p.parse_args(argv)
-    from seal_verl.dry_run.run import _quiet_libraries
+    from seal_verl.dry_run import quiet_libraries
 
-    _quiet_libraries()
+    quiet_libraries()
     try:
         warm_start(args.out, args.base, args.epochs, args.lr, args.samples, args.seed, args.target, args.force)
     except (base_ws.WarmStartError, ValueError, FileNotFoundError) as e:

@@ -16,11 +16,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional
 
-from env_wrappers.protocol import ABSTAIN_TEXT, CLOSING_TEXT, Environment, StepResult, ToolResult, Verification
+from env_wrappers.episode import TurnEpisode
+from env_wrappers.protocol import ABSTAIN_TEXT, CLOSING_TEXT, Environment, Verification
 from seal_verl.diagnosis import TurnCheck
 from seal_verl.schema import check as check_arguments
-from seal_verl.trace import (PARSE_BAD_STRUCTURE, PARSE_BAD_SYNTAX, PARSE_OK, Attempt, CallRecord, Trace,
-                             TurnTrace)
+from seal_verl.trace import PARSE_BAD_STRUCTURE, PARSE_BAD_SYNTAX, PARSE_OK, CallRecord, Trace
 
 DATA = json.loads((Path(__file__).parent / "tasks.json").read_text())
 TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -112,81 +112,27 @@ def openai_tools() -> list[dict]:
 # ------------------------------------------------------------------------------------------------ an episode
 
 
-class ShopEpisode:
+class ShopEpisode(TurnEpisode):
     """One rollout: user turns in order; a message without a ``<tool_call>`` ends the turn."""
 
-    def __init__(self, task: ShopTask, call_format: str = "json", max_steps_per_turn: int = 8):
-        self.task = task
-        self.call_format = call_format
-        self.max_steps_per_turn = max_steps_per_turn
+    def __init__(self, task, call_format: str = "json", max_steps_per_turn: int = 8):
+        super().__init__(task, call_format, max_steps_per_turn)
         self.cart = Cart(DATA["prices"])
-        self.trace = Trace(task_id=task.id, category=task.category)
-        self.turn = -1
-        self.steps = 0
-        self.done = False
 
     def tools(self) -> list[dict]:
         return openai_tools()
 
-    def _begin(self, k: int) -> list[dict]:
-        self.turn, self.steps = k, 0
-        self.trace.turns.append(TurnTrace(index=k))
-        return [{"role": "user", "content": self.task.turns[k]}]
+    def decode(self, message: str) -> list:
+        return [decode_block(b) for b in TOOL_CALL.findall(message)]
 
-    def reset(self) -> list[dict]:
-        if self.turn != -1:
-            raise RuntimeError("reset() called twice")
-        return self._begin(0)
+    def known(self, name: str) -> bool:
+        return name in TOOL_NAMES
 
-    def _end(self, reason: str, result: StepResult) -> StepResult:
-        tt = self.trace.turns[-1]
-        tt.ended_by, tt.ended_with_text = reason, reason == "text"
-        result.turn_done = True
-        if self.turn + 1 >= len(self.task.turns) or reason == "step_limit":
-            self._finish(forced=reason == "step_limit")
-            result.episode_done = True
-        else:
-            result.next_user = self._begin(self.turn + 1)
-        return result
+    def argument_errors(self, name: str, arguments: dict) -> list[str]:
+        return schema_errors(name, arguments)
 
-    def _finish(self, forced: bool) -> None:
-        self.done = True
-        self.trace.force_terminated = forced
-        for k in range(len(self.trace.turns), len(self.task.turns)):
-            self.trace.turns.append(TurnTrace(index=k, ended_by="episode_end"))
-
-    def step(self, message: str) -> StepResult:
-        if self.done:
-            raise RuntimeError("episode is over")
-        calls = [decode_block(b) for b in TOOL_CALL.findall(message)]
-        attempt = Attempt(text=message[:4000], calls=calls)
-        self.trace.turns[-1].attempts.append(attempt)
-        result = StepResult(attempt=attempt, failed_calls=[c for c in calls if not c.parsed])
-        if not calls:
-            return self._end("text", result)
-        for rec in calls:
-            if not rec.parsed:
-                continue
-            rec.known = rec.available = rec.name in TOOL_NAMES
-            rec.schema_errors = schema_errors(rec.name, rec.arguments) if rec.known else []
-            rec.result, rec.is_error = self.cart.run(rec.name, rec.arguments)
-            rec.executed = rec.known
-            result.tool_results.append(ToolResult(name=rec.name, call=rec.call, content=rec.result,
-                                                  is_error=rec.is_error))
-        if not result.tool_results:
-            return self._end("parse_error", result)
-        self.steps += 1
-        if self.steps > self.max_steps_per_turn:
-            return self._end("step_limit", result)
-        return result
-
-    def end_turn(self, reason: str = "token_budget") -> StepResult:
-        return self._end(reason, StepResult())
-
-    def terminate(self, reason: str = "token_budget") -> None:
-        if not self.done:
-            self.trace.turns[-1].ended_by = self.trace.turns[-1].ended_by or reason
-            self._finish(False)
+    def run(self, name: str, arguments: dict) -> tuple[str, bool]:
+        return self.cart.run(name, arguments)
 
 
 def decode_block(text: str) -> CallRecord:
