@@ -3,29 +3,57 @@
 An environment whose tools are plain Python (no sandbox, no time limit needed) has the same episode every time:
 a message's tool-call blocks are decoded as untrusted text, each parsed call runs on the backend, a message
 without a call ends the turn, a step limit ends the episode, and the trace records it all for Psi. Subclass
-:class:`TurnEpisode` and give it the four things that differ: how to find and decode call blocks, which tool
-names exist, how to check arguments, and the backend call.
+:class:`TurnEpisode` and name what differs: the pattern of a call block and its decoder, the tool names, the
+argument check and the backend (a :class:`ToolBackend`: one method per tool).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+import json
+from collections import Counter
+from typing import Any, Callable, Optional
 
-from seal_verl.trace import Attempt, CallRecord, Trace, TurnTrace
+from seal_verl.diagnosis import TurnCheck
+from seal_verl.trace import (PARSE_BAD_STRUCTURE, PARSE_BAD_SYNTAX, PARSE_OK, PARSE_TOO_LARGE, Attempt, CallRecord,
+                             Trace, TurnTrace)
 
-from .protocol import StepResult, ToolResult
+from .protocol import StepResult, ToolResult, Verification
 
 #: the part of a message the trace keeps (a hostile message cannot grow it without bound)
 MAX_ATTEMPT_TEXT = 4000
 
 
+class ToolBackend:
+    """A backend whose tools are its methods: :meth:`run` calls one only if its name is in ``tool_names``, so the
+    model's text never picks other code; a bad argument becomes an error result, not an exception."""
+
+    tool_names: tuple = ()
+
+    def run(self, name: str, arguments: dict) -> tuple[str, bool]:
+        """(result text, is_error)."""
+        if name not in self.tool_names:
+            return f"Error: no tool named {name!r}", True
+        try:
+            return getattr(self, name)(**arguments), False
+        except (TypeError, ValueError) as exc:
+            return f"Error: {exc}", True
+
+
 class TurnEpisode:
-    """One rollout over ``task.turns`` (``task.id``, ``task.category``, ``task.turns``: a list of user messages).
+    """One rollout over ``task.turns`` (``task.id``, ``task.category``, ``task.turns``: a list of user messages) on
+    ``backend``. A subclass sets ``call_block`` (a compiled pattern whose ``findall`` gives the call blocks of a
+    message), ``tool_names``, and the static functions ``decode_block(text) -> CallRecord`` and
+    ``check_arguments(name, arguments) -> list[str]``, and implements ``tools()``."""
 
-    Subclasses implement :meth:`decode`, :meth:`known`, :meth:`argument_errors` and :meth:`run`."""
+    call_block: Any = None
+    tool_names: tuple = ()
+    decode_block: Any = None
+    check_arguments: Any = None
 
-    def __init__(self, task: Any, call_format: str = "json", max_steps_per_turn: int = 8):
+    def __init__(self, task: Any, backend: ToolBackend, call_format: str = "json", max_steps_per_turn: int = 8):
         self.task = task
+        self.backend = backend
         self.call_format = call_format
         self.max_steps_per_turn = max_steps_per_turn
         self.trace = Trace(task_id=task.id, category=task.category)
@@ -33,20 +61,18 @@ class TurnEpisode:
         self.steps = 0
         self.done = False
 
-    # ---- what an environment supplies
     def decode(self, message: str) -> list[CallRecord]:
         """The message's tool calls, one record per call block, parsed or not (never executed here)."""
-        raise NotImplementedError
+        return [self.decode_block(b) for b in self.call_block.findall(message)]
 
     def known(self, name: str) -> bool:
-        raise NotImplementedError
+        return name in self.tool_names
 
     def argument_errors(self, name: str, arguments: dict) -> list[str]:
-        raise NotImplementedError
+        return self.check_arguments(name, arguments)
 
     def run(self, name: str, arguments: dict) -> tuple[str, bool]:
-        """(result text, is_error) of one call on the backend."""
-        raise NotImplementedError
+        return self.backend.run(name, arguments)
 
     # ---- the episode
     def _begin(self, k: int) -> list[dict]:
@@ -108,3 +134,50 @@ class TurnEpisode:
         if not self.done:
             self.trace.turns[-1].ended_by = self.trace.turns[-1].ended_by or reason
             self._finish(False)
+
+
+def decode_json_call(text: str, canonical: Callable[[str, dict], str],
+                     max_chars: Optional[int] = None) -> CallRecord:
+    """One call block holding ``{"name": ..., "arguments": {...}}`` -> a :class:`CallRecord`, parsed or why not.
+    The text is untrusted: ``json.loads`` only, and a block over ``max_chars`` is not even parsed."""
+    raw = text.strip()
+    if max_chars is not None and len(raw) > max_chars:
+        return CallRecord(raw=raw[:500], parse_status=PARSE_TOO_LARGE, parse_error="call text too long")
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        return CallRecord(raw=raw[:500], parse_status=PARSE_BAD_SYNTAX, parse_error=str(exc))
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not isinstance(
+            data.get("arguments", {}), dict):
+        return CallRecord(raw=raw[:500], parse_status=PARSE_BAD_STRUCTURE, parse_error="expected {name, arguments}")
+    args = data.get("arguments", {})
+    return CallRecord(raw=raw[:500], parse_status=PARSE_OK, name=data["name"], arguments=args,
+                      call=canonical(data["name"], args))
+
+
+def verify_by_turn(task: Any, trace: Trace, gt_backend: ToolBackend, strict_abstention: bool) -> Verification:
+    """Each turn judged from the ground-truth state at its start: the model's parsed calls of the turn on one copy
+    of ``gt_backend``, the ground truth's (``task.ground_truth``: per turn a list of ``{name, arguments}``) on the
+    backend itself; the states (``state()``) must match and every ground-truth result must be among the model's.
+    A mistake in one turn thus does not decide the next turn's label; up to the first failure this is the
+    cumulative judgement. A turn without ground-truth calls is an abstention turn (a call there fails the reward
+    under ``strict_abstention``)."""
+    checks, valid, reward_valid = [], True, not trace.force_terminated
+    for turn, gt_calls in zip(trace.turns, task.ground_truth):
+        mine = copy.deepcopy(gt_backend)
+        model_results = [mine.run(c.name, c.arguments)[0] for a in turn.attempts for c in a.calls if c.parsed]
+        gt_results = [gt_backend.run(c["name"], c["arguments"])[0] for c in gt_calls]
+        attempted = any(a.calls for a in turn.attempts)
+        if not gt_calls:
+            checks.append(TurnCheck(abstention=True, passed=True))
+            reward_valid &= not (strict_abstention and attempted)
+            continue
+        state_ok = mine.state() == gt_backend.state()
+        response_ok = not (Counter(gt_results) - Counter(model_results))
+        passed = state_ok and response_ok
+        checks.append(TurnCheck(abstention=False, passed=passed, state_ok=state_ok, response_ok=response_ok,
+                                gt_functions=[c["name"] for c in gt_calls]))
+        valid &= passed
+    valid &= not trace.force_terminated
+    return Verification(task_id=task.id, category=task.category, valid=valid, reward_valid=valid and reward_valid,
+                        checks=checks)

@@ -121,7 +121,7 @@ def test_untrusted_call_text_is_never_code(payload):
     result = episode.step("<tool_call>" + payload + "</tool_call>")
     rec = result.attempt.calls[0]
     assert not (rec.parsed and rec.executed and not rec.is_error)
-    assert episode.ledger.state() == dict(sorted(task.balances.items()))
+    assert episode.backend.state() == dict(sorted(task.balances.items()))
 
 
 def test_dataset_rows_name_the_environment_and_fit_a_small_prompt():

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import re
 
+from env_wrappers.episode import ToolBackend, decode_json_call
 from seal_verl.schema import check as check_arguments
-from seal_verl.trace import PARSE_BAD_STRUCTURE, PARSE_BAD_SYNTAX, PARSE_OK, PARSE_TOO_LARGE, CallRecord
+from seal_verl.trace import CallRecord
 
 TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 MAX_CALL_CHARS = 2000
@@ -38,8 +39,10 @@ def openai_tools() -> list[dict]:
     return [{"type": "function", "function": dict(t)} for t in TOOLS]
 
 
-class Ledger:
+class Ledger(ToolBackend):
     """Account balances. Each tool method returns the text the agent sees; a bad call raises ``ValueError``."""
+
+    tool_names = TOOL_NAMES
 
     def __init__(self, balances: dict):
         self.balances = dict(balances)
@@ -80,14 +83,6 @@ class Ledger:
         self.balances[target] += amount
         return f"{source} has {self.balances[source]}, {target} has {self.balances[target]}"
 
-    def run(self, name: str, arguments: dict) -> tuple[str, bool]:
-        """(result text, is_error); only the four tool names dispatch."""
-        if name not in TOOL_NAMES:
-            return f"Error: no tool named {name!r}", True
-        try:
-            return getattr(self, name)(**arguments), False
-        except (TypeError, ValueError) as exc:
-            return f"Error: {exc}", True
 
 
 def schema_errors(name: str, arguments: dict) -> list[str]:
@@ -105,16 +100,4 @@ def render_call(call: dict) -> str:
 
 def decode_block(text: str) -> CallRecord:
     """One ``<tool_call>`` block's text -> a :class:`CallRecord` (parsed, or why not)."""
-    raw = text.strip()
-    if len(raw) > MAX_CALL_CHARS:
-        return CallRecord(raw=raw[:500], parse_status=PARSE_TOO_LARGE, parse_error="call text too long")
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        return CallRecord(raw=raw[:500], parse_status=PARSE_BAD_SYNTAX, parse_error=str(exc))
-    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not isinstance(
-            data.get("arguments", {}), dict):
-        return CallRecord(raw=raw[:500], parse_status=PARSE_BAD_STRUCTURE, parse_error="expected {name, arguments}")
-    args = data.get("arguments", {})
-    return CallRecord(raw=raw[:500], parse_status=PARSE_OK, name=data["name"], arguments=args,
-                      call=canonical(data["name"], args))
+    return decode_json_call(text, canonical, MAX_CALL_CHARS)

@@ -8,14 +8,11 @@ so a mistake in turn 1 does not decide turn 2's label.
 
 from __future__ import annotations
 
-import copy
-from collections import Counter
 from functools import lru_cache
 from typing import Optional
 
-from env_wrappers.episode import TurnEpisode
+from env_wrappers.episode import TurnEpisode, verify_by_turn
 from env_wrappers.protocol import ABSTAIN_TEXT, CLOSING_TEXT, Environment, Verification
-from seal_verl.diagnosis import TurnCheck
 from seal_verl.trace import Trace
 
 from .backend import TOOL_CALL, TOOL_NAMES, Ledger, decode_block, openai_tools, render_call, schema_errors
@@ -30,24 +27,14 @@ def _tasks() -> dict:
 class LedgerEpisode(TurnEpisode):
     """One rollout: user turns in order; a message without a ``<tool_call>`` block ends the turn."""
 
+    call_block, tool_names = TOOL_CALL, TOOL_NAMES
+    decode_block, check_arguments = staticmethod(decode_block), staticmethod(schema_errors)
+
     def __init__(self, task, call_format: str = "json", max_steps_per_turn: int = 4):
-        super().__init__(task, call_format, max_steps_per_turn)
-        self.ledger = Ledger(task.balances)
+        super().__init__(task, Ledger(task.balances), call_format, max_steps_per_turn)
 
     def tools(self) -> list[dict]:
         return openai_tools()
-
-    def decode(self, message: str) -> list:
-        return [decode_block(b) for b in TOOL_CALL.findall(message)]
-
-    def known(self, name: str) -> bool:
-        return name in TOOL_NAMES
-
-    def argument_errors(self, name: str, arguments: dict) -> list[str]:
-        return schema_errors(name, arguments)
-
-    def run(self, name: str, arguments: dict) -> tuple[str, bool]:
-        return self.ledger.run(name, arguments)
 
 
 class LedgerEnvironment(Environment):
@@ -82,28 +69,8 @@ class LedgerEnvironment(Environment):
 
     def verify(self, task: LedgerTask, trace: Trace, *, strict_abstention: bool = True,
                call_timeout_s: Optional[float] = None) -> Verification:
-        """Per turn from the ground-truth state at its start: the model's calls on one copy, the ground truth's
-        on another; the states must match and every ground-truth result must be among the model's results."""
-        gt = Ledger(task.balances)
-        checks, valid, reward_valid = [], True, not trace.force_terminated
-        for turn, gt_calls in zip(trace.turns, task.ground_truth):
-            mine = copy.deepcopy(gt)
-            model_results = [mine.run(c.name, c.arguments)[0] for a in turn.attempts for c in a.calls if c.parsed]
-            gt_results = [gt.run(c["name"], c["arguments"])[0] for c in gt_calls]
-            attempted = any(a.calls for a in turn.attempts)
-            if not gt_calls:
-                checks.append(TurnCheck(abstention=True, passed=True))
-                reward_valid &= not (strict_abstention and attempted)
-                continue
-            state_ok = mine.state() == gt.state()
-            response_ok = not (Counter(gt_results) - Counter(model_results))
-            passed = state_ok and response_ok
-            checks.append(TurnCheck(abstention=False, passed=passed, state_ok=state_ok, response_ok=response_ok,
-                                    gt_functions=[c["name"] for c in gt_calls]))
-            valid &= passed
-        valid &= not trace.force_terminated
-        return Verification(task_id=task.id, category=task.category, valid=valid,
-                            reward_valid=valid and reward_valid, checks=checks)
+        """Per turn from the ground-truth state at its start (``env_wrappers.episode.verify_by_turn``)."""
+        return verify_by_turn(task, trace, Ledger(task.balances), strict_abstention)
 
     # ---------------------------------------------------------------------------------------- scripting
     def reference_turns(self, task: LedgerTask, call_format: str) -> list[list[str]]:

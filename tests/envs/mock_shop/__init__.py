@@ -9,18 +9,15 @@ check records every environment fills in. ``docs/add_an_environment.md`` walks t
 
 from __future__ import annotations
 
-import copy
 import json
 import re
-from collections import Counter
 from pathlib import Path
 from typing import Optional
 
-from env_wrappers.episode import TurnEpisode
+from env_wrappers.episode import ToolBackend, TurnEpisode, decode_json_call, verify_by_turn
 from env_wrappers.protocol import ABSTAIN_TEXT, CLOSING_TEXT, Environment, Verification
-from seal_verl.diagnosis import TurnCheck
 from seal_verl.schema import check as check_arguments
-from seal_verl.trace import PARSE_BAD_STRUCTURE, PARSE_BAD_SYNTAX, PARSE_OK, CallRecord, Trace
+from seal_verl.trace import CallRecord, Trace
 
 DATA = json.loads((Path(__file__).parent / "tasks.json").read_text())
 TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -29,8 +26,10 @@ TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 # ------------------------------------------------------------------------------------------------ the tools
 
 
-class Cart:
+class Cart(ToolBackend):
     """The domain state. Each public method is a tool; a bad call raises ``ValueError`` (shown as an error)."""
+
+    tool_names = tuple(t["name"] for t in DATA["tools"])
 
     def __init__(self, prices: dict):
         self.prices = dict(prices)
@@ -63,17 +62,9 @@ class Cart:
         self.paid_with = payment
         return f"paid {self.cart_total()} by {payment}"
 
-    def run(self, name: str, arguments: dict) -> tuple[str, bool]:
-        """(result text, is_error). Dispatch only to the four tool names: model text never picks code."""
-        if name not in TOOL_NAMES:
-            return f"Error: no tool named {name!r}", True
-        try:
-            return getattr(self, name)(**arguments), False
-        except (TypeError, ValueError) as exc:
-            return f"Error: {exc}", True
 
 
-TOOL_NAMES = tuple(t["name"] for t in DATA["tools"])
+TOOL_NAMES = Cart.tool_names
 SCHEMAS = {t["name"]: t["parameters"] for t in DATA["tools"]}
 
 
@@ -110,43 +101,24 @@ def openai_tools() -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------------ an episode
+# (model text is untrusted: a call block is decoded with json.loads, never evaluated)
+
+
+def decode_block(text: str) -> CallRecord:
+    return decode_json_call(text, _canonical)
 
 
 class ShopEpisode(TurnEpisode):
     """One rollout: user turns in order; a message without a ``<tool_call>`` ends the turn."""
 
+    call_block, tool_names = TOOL_CALL, TOOL_NAMES
+    decode_block, check_arguments = staticmethod(decode_block), staticmethod(schema_errors)
+
     def __init__(self, task, call_format: str = "json", max_steps_per_turn: int = 8):
-        super().__init__(task, call_format, max_steps_per_turn)
-        self.cart = Cart(DATA["prices"])
+        super().__init__(task, Cart(DATA["prices"]), call_format, max_steps_per_turn)
 
     def tools(self) -> list[dict]:
         return openai_tools()
-
-    def decode(self, message: str) -> list:
-        return [decode_block(b) for b in TOOL_CALL.findall(message)]
-
-    def known(self, name: str) -> bool:
-        return name in TOOL_NAMES
-
-    def argument_errors(self, name: str, arguments: dict) -> list[str]:
-        return schema_errors(name, arguments)
-
-    def run(self, name: str, arguments: dict) -> tuple[str, bool]:
-        return self.cart.run(name, arguments)
-
-
-def decode_block(text: str) -> CallRecord:
-    raw = text.strip()
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        return CallRecord(raw=raw[:500], parse_status=PARSE_BAD_SYNTAX, parse_error=str(exc))
-    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not isinstance(
-            data.get("arguments", {}), dict):
-        return CallRecord(raw=raw[:500], parse_status=PARSE_BAD_STRUCTURE, parse_error="expected {name, arguments}")
-    args = data.get("arguments", {})
-    return CallRecord(raw=raw[:500], parse_status=PARSE_OK, name=data["name"], arguments=args,
-                      call=_canonical(data["name"], args))
 
 
 # ------------------------------------------------------------------------------------------------ the environment
@@ -178,30 +150,8 @@ class ShopEnvironment(Environment):
 
     def verify(self, task: ShopTask, trace: Trace, *, strict_abstention: bool = True,
                call_timeout_s: Optional[float] = None) -> Verification:
-        """Each turn from the ground-truth state at its start: the model's calls of the turn on one copy, the
-        ground truth's on another; the states must match and every ground-truth result must be among the
-        model's results. Up to the first failure this is the cumulative judgement (the states were equal)."""
-        gt_cart = Cart(DATA["prices"])
-        checks, valid, reward_valid = [], True, not trace.force_terminated
-        for turn, gt_calls in zip(trace.turns, task.ground_truth):
-            model_cart = copy.deepcopy(gt_cart)
-            model_results = [model_cart.run(c.name, c.arguments)[0] for a in turn.attempts for c in a.calls
-                             if c.parsed]
-            gt_results = [gt_cart.run(c["name"], c["arguments"])[0] for c in gt_calls]
-            attempted = any(a.calls for a in turn.attempts)
-            if not gt_calls:
-                checks.append(TurnCheck(abstention=True, passed=True))
-                reward_valid &= not (strict_abstention and attempted)
-                continue
-            state_ok = model_cart.state() == gt_cart.state()
-            response_ok = not (Counter(gt_results) - Counter(model_results))
-            passed = state_ok and response_ok
-            checks.append(TurnCheck(abstention=False, passed=passed, state_ok=state_ok, response_ok=response_ok,
-                                    gt_functions=[c["name"] for c in gt_calls]))
-            valid &= passed
-        valid &= not trace.force_terminated
-        return Verification(task_id=task.id, category=task.category, valid=valid, reward_valid=valid and reward_valid,
-                            checks=checks)
+        """Each turn from the ground-truth state at its start (``env_wrappers.episode.verify_by_turn``)."""
+        return verify_by_turn(task, trace, Cart(DATA["prices"]), strict_abstention)
 
     # ---------------------------------------------------------------------------------------- scripting
     def reference_turns(self, task: ShopTask, call_format: str) -> list[list[str]]:
