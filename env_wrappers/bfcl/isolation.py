@@ -130,10 +130,32 @@ def _memory(pid: int | str = "self") -> tuple[int, int]:
 
 
 def _peak_bytes() -> int:
-    """This process's peak resident memory (a system call, cheaper than reading ``/proc`` per judgement)."""
+    """This process's peak resident memory since :func:`_restart_peak` (``VmHWM``), or since it started where
+    ``/proc`` does not tell (``ru_maxrss``)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _restart_peak(fallback: int) -> int:
+    """Reset this process's peak resident memory to what it holds now and return that, so that the peak after a
+    judgement is what that judgement reached. Measured from the worker's start instead, the baseline includes
+    what the fork shared with its parent (a large test or trainer process), including file pages the kernel may
+    reclaim later: a judgement that grew by 60 MB then stayed under the start's peak and its worker went back to
+    the pool (seen in a full test run). Where the peak cannot be reset, ``fallback`` is the baseline."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return fallback
+    return _peak_bytes()
 
 
 def _mapped_bytes() -> int:
@@ -263,10 +285,11 @@ def _worker_main(conn, memory_limit_mb: int | None, board=None) -> None:
                         tasks.clear()
                     tasks[key] = task
                 _reset_process_settings()
+                base = _restart_peak(start_peak)
                 official, verdict, outcomes = judge_job(task, *msg[3:], on_call=_progress_writer(conn, board))
                 msg = task = None
                 wire = (to_wire(official), None if verdict is official else to_wire(verdict), outcomes)
-                conn.send(("ok", (wire, ((0, start_peak), (0, _peak_bytes())))))
+                conn.send(("ok", (wire, ((0, base), (0, _peak_bytes())))))
             elif op == "reset":
                 backends = msg = None
                 _free_memory()
