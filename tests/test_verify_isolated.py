@@ -117,10 +117,22 @@ def test_the_verifier_runs_no_model_call_in_the_judging_process(mode):
     assert r["find"].startswith("Error during execution: "), r["find"]
 
 
-def test_a_judgement_worker_that_grew_is_not_reused(monkeypatch):
+def _fragment_heap(mb: int = 200) -> bytes:
+    """Leave ``mb`` MB of freed but resident 60 KB chunks in this process's heap, below a live chunk that keeps
+    the allocator from handing them back: what a parent that ran hundreds of tests looks like. A worker forked
+    from it reuses those chunks, so its resident memory does not grow while its private memory does."""
+    chunks = [bytes([i % 251]) * 60_000 for i in range(mb * 1000 // 60)]
+    pin = bytes(60_000)
+    del chunks
+    return pin
+
+
+@pytest.mark.parametrize("fragmented_parent", [False, True], ids=["plain-parent", "fragmented-parent"])
+def test_a_judgement_worker_that_grew_is_not_reused(monkeypatch, fragmented_parent):
     """A judgement whose model calls built ~60 MB of state (under a 160 MB cap) leaves its worker stopped, not
     idle (what it took, the allocator may keep); a plain judgement after it gets a clean worker, which is
-    kept warm. Nothing is left after shutdown."""
+    kept warm. Nothing is left after shutdown. With a fragmented parent (the case of a full test run), the
+    growth is in private pages only: a worker's resident peak did not see it."""
     from env_wrappers.bfcl import isolation
     from env_wrappers.bfcl.isolated_verify import verify_isolated
     from env_wrappers.bfcl.tasks import load_tasks
@@ -129,6 +141,7 @@ def test_a_judgement_worker_that_grew_is_not_reused(monkeypatch):
     monkeypatch.setattr(isolation, "DEFAULT_MEMORY_LIMIT_MB", 160)
     pool = isolation.pool()
     pool.shutdown()
+    pin = _fragment_heap() if fragmented_parent else None  # noqa: F841  # kept alive until the workers fork
     heavy = ["mkdir(dir_name='d')", "cd(folder='d')"]
     for i in range(1000):
         heavy += [f"touch(file_name='f{i}')", f"echo(content='{chr(97 + i % 26) * 60_000}', file_name='f{i}')"]

@@ -129,33 +129,15 @@ def _memory(pid: int | str = "self") -> tuple[int, int]:
         return 0, 0
 
 
-def _peak_bytes() -> int:
-    """This process's peak resident memory since :func:`_restart_peak` (``VmHWM``), or since it started where
-    ``/proc`` does not tell (``ru_maxrss``)."""
+def _anon_bytes() -> int:
+    """This process's resident anonymous memory (resident minus file-backed and shared pages), read cheaply
+    from ``/proc/self/statm``; 0 where ``/proc`` cannot tell."""
     try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
+        with open("/proc/self/statm") as f:
+            fields = f.read().split()
+        return max(0, int(fields[1]) - int(fields[2])) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
-        pass
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _restart_peak(fallback: int) -> int:
-    """Reset this process's peak resident memory to what it holds now and return that, so that the peak after a
-    judgement is what that judgement reached. Measured from the worker's start instead, the baseline includes
-    what the fork shared with its parent (a large test or trainer process), including file pages the kernel may
-    reclaim later: a judgement that grew by 60 MB then stayed under the start's peak and its worker went back to
-    the pool (seen in a full test run). Where the peak cannot be reset, ``fallback`` is the baseline."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        return fallback
-    return _peak_bytes()
+        return 0
 
 
 def _mapped_bytes() -> int:
@@ -182,27 +164,59 @@ def _footprint() -> tuple[int, int]:
 _MALLOC_TRIM = None
 
 
+#: glibc's ``mallopt``, looked up with ``malloc_trim``.
+_MALLOPT = None
+#: ``mallopt`` parameters: free memory at the top of the heap past this many bytes goes back to the system;
+#: blocks from this size up are mapped on their own (and unmapped when freed).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+#: The largest mmap threshold glibc takes on 64-bit systems (its dynamic threshold's ceiling).
+_MMAP_THRESHOLD_MAX = 32 * 2**20
+
+
 def _find_malloc_trim():
-    global _MALLOC_TRIM
+    global _MALLOC_TRIM, _MALLOPT
     if _MALLOC_TRIM is None:
         try:
-            _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim
+            libc = ctypes.CDLL(None)
+            _MALLOC_TRIM = libc.malloc_trim
             _MALLOC_TRIM.argtypes = [ctypes.c_size_t]
             _MALLOC_TRIM.restype = ctypes.c_int
+            _MALLOPT = libc.mallopt
+            _MALLOPT.argtypes = [ctypes.c_int, ctypes.c_int]
+            _MALLOPT.restype = ctypes.c_int
         except (OSError, AttributeError):  # pragma: no cover - not glibc
-            _MALLOC_TRIM = False
+            _MALLOC_TRIM = _MALLOPT = False
     return _MALLOC_TRIM
+
+
+def _keep_freed_memory() -> None:
+    """Stop the allocator from handing freed heap memory back on its own, so that a worker's resident memory
+    after a job is the most its heap reached since the worker started: what a judgement took then shows on
+    release whatever the allocator did with it (a worker gives memory back only in :func:`_free_heap`)."""
+    if _MALLOPT:
+        try:
+            _MALLOPT(_M_TRIM_THRESHOLD, 2**31 - 1)
+            # Setting one threshold freezes the other at its start value (128 KiB), and every larger block
+            # would then be mapped and unmapped on each use. Blocks past the ceiling go back when freed.
+            _MALLOPT(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)
+        except Exception:  # noqa: BLE001  # pragma: no cover
+            pass
+
+
+def _free_heap() -> None:
+    """Hand the allocator's free pages back to the system."""
+    if _MALLOC_TRIM:
+        try:
+            _MALLOC_TRIM(0)
+        except Exception:  # noqa: BLE001  # pragma: no cover
+            pass
 
 
 def _free_memory() -> None:
     """Free what a rollout left: its instances hold reference cycles (a directory tree points back to its
     parents), which only the cyclic collector frees; then hand the allocator's free pages back."""
     gc.collect()
-    if _MALLOC_TRIM:
-        try:
-            _MALLOC_TRIM(0)
-        except Exception:  # noqa: BLE001  # pragma: no cover
-            pass
+    _free_heap()
 
 
 #: Slots of a worker's progress board (shared memory the worker writes and its parent reads, so that a
@@ -246,8 +260,14 @@ def _worker_main(conn, memory_limit_mb: int | None, board=None) -> None:
     # What the fork inherited is never garbage here: out of the collector's sight, a collection neither
     # scans it (time) nor writes to its pages (which would copy them into this process).
     gc.freeze()
+    # The parent's freed heap chunks came with the fork, resident and shared: memory a judgement took from
+    # them would be ours without our resident memory growing (a parent that ran hundreds of tests holds
+    # hundreds of MB of them). Given back now, such memory is new pages; kept from then on, freed memory
+    # stays counted, so a judgement's growth cannot hide behind what it freed before or after.
+    _free_heap()
+    _keep_freed_memory()
     start = _footprint()
-    start_peak = _peak_bytes()
+    start_anon = _anon_bytes()
     backends = None
     tasks: dict = {}  # judgements: tasks received so far, by the parent's key (it sends each task once)
     while True:
@@ -285,11 +305,10 @@ def _worker_main(conn, memory_limit_mb: int | None, board=None) -> None:
                         tasks.clear()
                     tasks[key] = task
                 _reset_process_settings()
-                base = _restart_peak(start_peak)
                 official, verdict, outcomes = judge_job(task, *msg[3:], on_call=_progress_writer(conn, board))
                 msg = task = None
                 wire = (to_wire(official), None if verdict is official else to_wire(verdict), outcomes)
-                conn.send(("ok", (wire, ((0, base), (0, _peak_bytes())))))
+                conn.send(("ok", (wire, ((0, start_anon), (0, _anon_bytes())))))
             elif op == "reset":
                 backends = msg = None
                 _free_memory()
@@ -475,9 +494,10 @@ class WorkerPool:
         return self._take(self._judges, memory_limit_mb)
 
     def release_judge(self, worker: _Worker, report: Any) -> None:
-        """Keep a judgement worker warm if its peak resident memory (``((0, at start), (0, now))``) never grew
-        past the limits of an idle worker (what a judgement once took, the allocator may keep); stop it
-        otherwise, or when ``MAX_IDLE_JUDGES`` are idle already."""
+        """Keep a judgement worker warm if its resident anonymous memory (``((0, at its start), (0, now))``,
+        freed heap memory included: see :func:`_keep_freed_memory`) is within the limits of an idle worker;
+        stop it otherwise, or when ``MAX_IDLE_JUDGES`` are idle already. Measured from the worker's start,
+        judgements that each grew a little cannot add up unseen."""
         keep = _fits(worker, report) and os.getpid() == self._pid
         with self._lock:
             if keep and len(self._judges) < MAX_IDLE_JUDGES:
