@@ -60,47 +60,20 @@ def _setup(model: str, task_ids: list[str], llm_factory, rollouts: int, out: str
     return worker, batch, llm
 
 
-def _state(active: tuple):
-    from seal_verl.interface import CUE_KINDS, InterfaceConfig, InterfaceState
-    from seal_verl.loop import ClosedLoopState, SealSwitches
-    from seal_verl.weighting import WeightingConfig
-
-    base = ClosedLoopState.initial(SealSwitches(), InterfaceConfig(), WeightingConfig())
-    return ClosedLoopState(step=0, interface=InterfaceState(
-        active={k: k in active for k in CUE_KINDS}, streak_below={k: 0 for k in CUE_KINDS}, step=0),
-        rho=dict(base.rho), base_rho=dict(base.base_rho))
-
-
 def render_rows(model: str, task_ids: list[str], out: str) -> list[dict]:
     """Ground-truth rows of every task under no cue and under every cue kind on (proactive cues)."""
     from seal_verl import dry_run as dr
     from seal_verl.interface import CUE_KINDS
-    from seal_verl.verl_glue.agent_loop import set_state_source
 
     env = dr.environment(ENV)
     tasks = {t: env.load_task(t) for t in task_ids}
-    subsets = [(), tuple(CUE_KINDS)]
-
     book = dr.PlanBook("json", 0, env=ENV)
 
     def factory(tok):
         return dr.ScriptedLLM(tok, tasks, default=lambda t: book.get(t, "pass"), env=ENV)
 
-    async def go():
-        worker, batch, llm = _setup(model, task_ids, factory, 1, out, TRAIN_LOOP)
-        gens = []
-        try:
-            for subset in subsets:
-                set_state_source(_state(subset))
-                llm.reset()
-                gens.append((subset, await worker.generate_sequences(batch)))
-        finally:
-            set_state_source(None)
-        return gens
-
-    rows, failed = [], []
-    for subset, gen in base_ws._run_loop(go):
-        rows.extend(base_ws._rows_of(gen, subset, failed))
+    rows, failed = base_ws.render_under_cue_states(
+        lambda: _setup(model, task_ids, factory, 1, out, TRAIN_LOOP), [(), tuple(CUE_KINDS)])
     if failed:
         raise base_ws.WarmStartError(f"ground-truth ledger rollouts that do not pass: {'; '.join(failed[:4])}")
     rows.sort(key=lambda r: (task_ids.index(r["task_id"]), len(r["interface"]), r["interface"]))
@@ -110,29 +83,14 @@ def render_rows(model: str, task_ids: list[str], out: str) -> list[dict]:
 def pass_rates(model_dir: str, task_ids: list[str], samples: int, seed: int, out: str, greedy: bool = False) -> dict:
     """Per task: rollouts sampled from ``model_dir`` (training loop at temperature 1, or the evaluation loop
     greedily), graded by the real reward function -> ``{"pass_rate", "scores", "labels"}``."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    model.eval()
     loop = EVAL_LOOP if greedy else TRAIN_LOOP
     over = ["actor_rollout_ref.rollout.temperature=0"] if greedy else []
 
-    async def go():
-        worker, batch, _ = _setup(model_dir, task_ids, lambda t: base_ws.HFSampler(model, t, seed), samples, out,
-                                  loop, over)
-        return await worker.generate_sequences(batch)
+    def setup(factory):
+        worker, batch, _ = _setup(model_dir, task_ids, factory, samples, out, loop, over)
+        return worker, batch
 
-    gen = base_ws._run_loop(go)
-    result: dict = {t: {"scores": [], "labels": []} for t in task_ids}
-    for i in range(len(gen)):
-        tid = str(gen.non_tensor_batch["task_id"][i])
-        result[tid]["scores"].append(float(gen.non_tensor_batch["score"][i]))
-        result[tid]["labels"].append(json.loads(str(gen.non_tensor_batch["seal_labels"][i])))
-    for r in result.values():
-        r["pass_rate"] = sum(r["scores"]) / max(len(r["scores"]), 1)
-    return result
+    return base_ws.sampled_pass_rates(model_dir, task_ids, seed, setup)
 
 
 def _mean(rates: dict) -> Optional[float]:

@@ -99,30 +99,29 @@ def render_rows(model: str, task_ids: list[str], out: str) -> list[dict]:
     return _render_rows(model, task_ids, out, [()])
 
 
-def _render_rows(model: str, task_ids: list[str], out: str, subsets: list[tuple[str, ...]]) -> list[dict]:
-    from env_wrappers.bfcl.tasks import load_tasks
-    from seal_verl import dry_run as dr
+def cue_state(active: tuple):
+    """The closed-loop state of step 0 with exactly the cue kinds in ``active`` switched on."""
     from seal_verl.interface import CUE_KINDS, InterfaceConfig, InterfaceState
     from seal_verl.loop import ClosedLoopState, SealSwitches
-    from seal_verl.verl_glue.agent_loop import set_state_source
     from seal_verl.weighting import WeightingConfig
 
-    tasks = load_tasks(task_ids)
-    book = dr.PlanBook("json", 0)
     base = ClosedLoopState.initial(SealSwitches(), InterfaceConfig(), WeightingConfig())
+    return ClosedLoopState(step=0, interface=InterfaceState(
+        active={k: k in active for k in CUE_KINDS}, streak_below={k: 0 for k in CUE_KINDS}, step=0),
+        rho=dict(base.rho), base_rho=dict(base.base_rho))
 
-    def factory(tok):
-        return dr.ScriptedLLM(tok, tasks, default=lambda t: book.get(t, "pass"))
+
+def render_under_cue_states(setup, subsets: list[tuple[str, ...]]) -> tuple[list[dict], list[str]]:
+    """Run the scripted ground truth through the real agent loop once per cue subset and keep the rows of the
+    rollouts that pass. ``setup()`` -> ``(worker, batch, scripted_llm)``. Returns ``(rows, failures)``."""
+    from seal_verl.verl_glue.agent_loop import set_state_source
 
     async def go():
-        worker, batch, tok, llm = _agent_loop_setup(model, task_ids, factory, 1, out)
+        worker, batch, llm = setup()
         gens = []
         try:
             for subset in subsets:
-                state = ClosedLoopState(step=0, interface=InterfaceState(
-                    active={k: k in subset for k in CUE_KINDS}, streak_below={k: 0 for k in CUE_KINDS}, step=0),
-                    rho=dict(base.rho), base_rho=dict(base.base_rho))
-                set_state_source(state)
+                set_state_source(cue_state(subset))
                 llm.reset()
                 gens.append((subset, await worker.generate_sequences(batch)))
         finally:
@@ -132,6 +131,24 @@ def _render_rows(model: str, task_ids: list[str], out: str, subsets: list[tuple[
     rows, failed = [], []
     for subset, gen in _run_loop(go):
         rows.extend(_rows_of(gen, subset, failed))
+    return rows, failed
+
+
+def _render_rows(model: str, task_ids: list[str], out: str, subsets: list[tuple[str, ...]]) -> list[dict]:
+    from env_wrappers.bfcl.tasks import load_tasks
+    from seal_verl import dry_run as dr
+
+    tasks = load_tasks(task_ids)
+    book = dr.PlanBook("json", 0)
+
+    def factory(tok):
+        return dr.ScriptedLLM(tok, tasks, default=lambda t: book.get(t, "pass"))
+
+    def setup():
+        worker, batch, _tok, llm = _agent_loop_setup(model, task_ids, factory, 1, out)
+        return worker, batch, llm
+
+    rows, failed = render_under_cue_states(setup, subsets)
     if failed:
         raise WarmStartError(
             "the ground-truth trajectory of these tasks does not pass under the CPU budgets "
@@ -242,9 +259,9 @@ class HFSampler:
                            extra_fields={"global_steps": 0, "min_global_steps": 0, "max_global_steps": 0})
 
 
-def pass_rates(model_dir: str, task_ids: list[str], samples: int, seed: int, out: str) -> dict[str, dict]:
-    """Per task: ``samples`` rollouts of the ``seal_bfcl`` loop sampled from ``model_dir`` at the recipe's
-    temperature, graded by the real reward function -> ``{"pass_rate", "scores", "labels"}``."""
+def sampled_pass_rates(model_dir: str, task_ids: list[str], seed: int, setup) -> dict[str, dict]:
+    """Per task: the rollouts of ``setup(sampler_factory)`` -> ``(worker, batch)``, whose LLM samples from the
+    model in ``model_dir``, graded by the real reward function -> ``{"pass_rate", "scores", "labels"}``."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -253,8 +270,7 @@ def pass_rates(model_dir: str, task_ids: list[str], samples: int, seed: int, out
     model.eval()
 
     async def go():
-        worker, batch, tok, llm = _agent_loop_setup(model_dir, task_ids, lambda t: HFSampler(model, t, seed),
-                                                    samples, out)
+        worker, batch = setup(lambda t: HFSampler(model, t, seed))
         return await worker.generate_sequences(batch)
 
     gen = _run_loop(go)
@@ -266,6 +282,17 @@ def pass_rates(model_dir: str, task_ids: list[str], samples: int, seed: int, out
     for r in result.values():
         r["pass_rate"] = sum(r["scores"]) / max(len(r["scores"]), 1)
     return result
+
+
+def pass_rates(model_dir: str, task_ids: list[str], samples: int, seed: int, out: str) -> dict[str, dict]:
+    """Per task: ``samples`` rollouts of the ``seal_bfcl`` loop sampled from ``model_dir`` at the recipe's
+    temperature, graded by the real reward function -> ``{"pass_rate", "scores", "labels"}``."""
+
+    def setup(factory):
+        worker, batch, _tok, _llm = _agent_loop_setup(model_dir, task_ids, factory, samples, out)
+        return worker, batch
+
+    return sampled_pass_rates(model_dir, task_ids, seed, setup)
 
 
 # ------------------------------------------------------------------------------------------------ fine-tuning
