@@ -273,9 +273,9 @@ def test_deferred_replay_builds_the_same_trace(tasks):
 
     n = 0
     for i, (key, task, kind, decoded, turn) in enumerate(_cases(tasks)):
-        if i % 3:
+        if i % 6:  # a sixth of the cases (every kind and format still comes up hundreds of times)
             continue
-        fmt = FORMATS[i % len(FORMATS)]
+        fmt = FORMATS[(i // 6) % len(FORMATS)]
         result = to_result(task, decoded, fmt, text_turns=(turn,) if kind == "text_only" else ())
         env = BFCLEnv(task, call_format=fmt)
         env.reset()
@@ -292,4 +292,4 @@ def test_deferred_replay_builds_the_same_trace(tasks):
         assert (j.valid, j.error_type, j.labels, j.diagnosis.reasons) == \
             (ref.valid, ref.error_type, ref.labels, ref.diagnosis.reasons), key
         n += 1
-    assert n > 1500
+    assert n > 750

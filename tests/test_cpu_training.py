@@ -15,7 +15,8 @@ venv (about 4 GB):
 Three runs, in this order (the warm-started model is made once, cached under ``SEAL_CPU_MODELS``, and shared):
 
 1. ``seal``: variant seal, 1 step (validation before training and after the step, checkpoint at step 1);
-2. ``grpo``: variant grpo (SEAL switched off, same trainer, same data order and seeds), 2 steps;
+2. ``grpo``: variant grpo (SEAL switched off, same trainer, same data order and seeds), 1 step (a step after an
+   update, with its KL and sync checks, is the resumed run's);
 3. ``seal_resumed``: variant seal resumed from run 1's ``global_step_1`` checkpoint for one more step, which runs
    under the cues the closed loop switched on after step 1.
 
@@ -25,7 +26,7 @@ gives a group of 4 with one outcome about a third of the time, and a step of 4 s
 signal at all (it happened in CI). So every step is checked for what holds at any step (w = clip(sum p rho) of its
 own labels, GRPO's group normalisation recomputed, advantage = w x GRPO on every response token, cues exactly where
 the interface put them, rollout and actor agreeing after the sync, the gradient real wherever the step had
-something to move), and the learning signal is asserted where it is all but certain: over the whole suite (4 steps
+something to move), and the learning signal is asserted where it is all but certain: over the whole suite (3 steps
 of 4 groups), at least one step has non-zero advantages and a real gradient. The test prints the chance of that
 failing, computed from the warm start's measured pass rates. The CPU overlay gives the tiny model its cues only
 as feedback on a failed call (``seal.interface.proactive_cues: false``): a 0.4M-parameter model that learnt its
@@ -49,7 +50,7 @@ from _cpu_venv import cpu_train_venv
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CPU_DIR = os.path.join(REPO, "recipes", "bfcl_v3", "cpu")
 STEPS = 1
-GRPO_STEPS = 2
+GRPO_STEPS = 1
 
 
 VENV = cpu_train_venv()
