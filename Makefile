@@ -27,12 +27,14 @@ LEARN_STEPS ?= 20
 
 .PHONY: venv test test-cpu-training test-learning-bench test-cpu-two-nodes run run-grpo cpu-env dry-run diagnose-demo bench bench-learning clean clean-runs
 
-$(VENV)/.installed: setup.py Makefile requirements-backbones.txt requirements-backbone-checks.txt
+$(VENV)/.installed: setup.py recipes/bfcl_v3/cpu/platform/setup.py Makefile requirements-backbones.txt requirements-backbone-checks.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# CPU torch first: every later step keeps it (a bare torch requirement would pull a CUDA build).
 	$(PIP) install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
 	$(PIP) install -q -e '.[test,train]'
+	# The CPU platform (tests of CPU-only verl runs): a distribution of its own, never installed with the plugin.
+	$(PIP) install -q --no-deps -e recipes/bfcl_v3/cpu/platform
 	# The real vocabularies of the GPU backbones (read at run time, never copied) and their cross-checks.
 	$(PIP) install -q --no-deps -r requirements-backbones.txt
 	$(PIP) install -q -r requirements-backbone-checks.txt

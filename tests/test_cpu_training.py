@@ -417,12 +417,12 @@ def test_legacy_trainer_keeps_the_run_folder_too(tmp_path):
 
 @pytest.mark.slow
 def test_cpu_platform_reference_offload_is_unpinned():
-    """seal_verl.cpu_platform's patch for the reference model (use_kl_loss): FSDP2 CPU offload without pinning."""
+    """seal_cpu_platform's patch for the reference model (use_kl_loss): FSDP2 CPU offload without pinning."""
     import sys
 
     pytest.importorskip("verl")
     code = (
-        "from seal_verl.cpu_platform.verl_patches import patch_fsdp2_offload_pin_memory as p\n"
+        "from seal_cpu_platform.verl_patches import patch_fsdp2_offload_pin_memory as p\n"
         "from verl.utils import fsdp_utils\n"
         "orig = fsdp_utils.CPUOffloadPolicy\n"
         "assert p() is True and p() is False\n"

@@ -67,7 +67,7 @@ def test_one_seal_step_on_the_real_vocabulary(group, tmp_path):
     prepare_data(os.path.join(out, "data"), call_format=fmt, split_file=os.path.join(CPU_DIR, "split_cpu.json"))
     loops = _agent_loops(os.path.join(out, "loops.yaml"), fmt, role)
     env = dict(os.environ, SEAL_CPU_PLATFORM="1", VERL_PLATFORM="cpu",
-               VERL_USE_EXTERNAL_MODULES="seal_verl.cpu_platform.verl_plugin", VLLM_TARGET_DEVICE="cpu",
+               VERL_USE_EXTERNAL_MODULES="seal_cpu_platform.verl_plugin", VLLM_TARGET_DEVICE="cpu",
                VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", RAY_DEDUP_LOGS="0",
                PYTHONPATH=REPO)
     cmd = [os.path.join(VENV, "bin", "python"), "-m", "verl.trainer.main_ppo",

@@ -24,11 +24,9 @@ PACKAGES = [os.path.dirname(os.path.abspath(m.__file__)) for m in (seal_verl, en
 GLUE = os.path.join(PACKAGES[0], "verl_glue")
 UPSTREAM = ("verl", "omegaconf")
 
-#: installed folders outside the glue that still import verl, with why. The CPU platform patches verl for CPU-only
-#: runs and is to move out of the installed plugin with the rest of the CPU scaffolding (issue 17, item 3).
-OUTSIDE_GLUE = {
-    os.path.join("seal_verl", "cpu_platform") + os.sep: "CPU-only verl patches; off unless SEAL_CPU_PLATFORM=1",
-}
+#: installed folders outside the glue that still import verl, with why: none. (The CPU platform, which patches verl
+#: for CPU-only runs, is its own distribution under recipes/bfcl_v3/cpu/platform, installed by the CPU set-up only.)
+OUTSIDE_GLUE: dict[str, str] = {}
 
 #: the glue's own attributes and methods whose names happen to equal a private name somewhere in verl
 OWN_NAMES = {

@@ -3,7 +3,7 @@
 verl imports every ``verl.plugins`` entry point at the end of ``import verl``, in the driver and in every Ray
 worker, and swallows any exception raised there (logged at DEBUG only). Importing this module registers:
 
-1. the CPU platform, if ``seal_verl.cpu_platform`` is present and its env switch is set (first, because it
+1. the CPU platform, if its env switch ``SEAL_CPU_PLATFORM`` is set (first, because it
    must patch verl before verl's worker modules are imported);
 2. the advantage estimator ``seal_grpo`` (``verl.trainer.ppo.core_algos.register_adv_est``);
 3. the legacy-trainer wrappers (``legacy.install``), pass-throughs unless a run selects SEAL;
@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import os
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +28,8 @@ logger = logging.getLogger(__name__)
 REGISTERED: dict[str, bool] = {}
 
 AGENT_LOOP_MODULE = "seal_verl.verl_glue.agent_loop"
-CPU_PLATFORM_MODULE = "seal_verl.cpu_platform"
+CPU_PLATFORM_MODULE = "seal_cpu_platform"
+CPU_PLATFORM_SWITCH = "SEAL_CPU_PLATFORM"
 
 
 def _module_exists(name: str) -> bool:
@@ -37,15 +39,23 @@ def _module_exists(name: str) -> bool:
         return False
 
 
+def _cpu_platform_requested() -> bool:
+    """``SEAL_CPU_PLATFORM`` set to 1/true/yes/on (the CPU platform's own switch, read here without importing it)."""
+    return os.environ.get(CPU_PLATFORM_SWITCH, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def _activate_cpu_platform() -> None:
+    # The CPU platform is a distribution of its own (recipes/bfcl_v3/cpu/platform), installed by the CPU set-up
+    # only; a process that did not ask for it never imports it.
+    if not _cpu_platform_requested():
+        return
     if not _module_exists(CPU_PLATFORM_MODULE):
-        return
+        message = (f"{CPU_PLATFORM_SWITCH}=1 but the CPU platform is not installed in this environment: "
+                   "pip install --no-deps -e recipes/bfcl_v3/cpu/platform (make cpu-env and make venv do)")
+        logger.error(message)  # verl hides a plugin's exceptions at DEBUG level
+        raise ImportError(message)
     module = importlib.import_module(CPU_PLATFORM_MODULE)
-    activate = getattr(module, "activate_if_requested", None)
-    if activate is None:
-        logger.debug("%s has no activate_if_requested(); CPU platform not activated", CPU_PLATFORM_MODULE)
-        return
-    activate()
+    module.activate_if_requested()
     REGISTERED["cpu_platform_checked"] = True
 
 

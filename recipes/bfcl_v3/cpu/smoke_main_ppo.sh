@@ -77,13 +77,13 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
 ''')
 EOF
 
-# 3. the CPU platform and its environment (see seal_verl/cpu_platform/__init__.py)
+# 3. the CPU platform and its environment (see recipes/bfcl_v3/cpu/platform/seal_cpu_platform/__init__.py)
 export SEAL_CPU_PLATFORM=1
 export VERL_PLATFORM=cpu
-# activates seal_verl.cpu_platform at `import verl` in the driver, Ray workers and vLLM processes; redundant
+# activates seal_cpu_platform at `import verl` in the driver, Ray workers and vLLM processes; redundant
 # (and harmless) once the project's verl.plugins entry point calls activate_if_requested(). Set it to the
 # empty string to rely on the entry points alone.
-export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES-seal_verl.cpu_platform.verl_plugin}"
+export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES-seal_cpu_platform.verl_plugin}"
 export VLLM_TARGET_DEVICE=cpu
 export VLLM_CPU_KVCACHE_SPACE=1        # GiB of KV cache for vLLM-CPU
 export HF_HUB_OFFLINE=1

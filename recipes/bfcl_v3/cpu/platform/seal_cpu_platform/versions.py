@@ -25,7 +25,7 @@ class CPUPlatformVersionError(RuntimeError):
 def installed_version(dist: str) -> str | None:
     """The installed version of distribution ``dist``, or None.
 
-    Reads the real metadata even after :mod:`seal_verl.cpu_platform.vllm_patches` has wrapped
+    Reads the real metadata even after :mod:`seal_cpu_platform.vllm_patches` has wrapped
     ``importlib.metadata.version`` (the wrapper keeps the original as ``__wrapped__``).
     """
     fn = getattr(_md.version, "__wrapped__", _md.version)
@@ -51,10 +51,10 @@ def require_version(
     if found != expected:
         shown = "not installed" if found is None else f"{dist}=={found}"
         raise CPUPlatformVersionError(
-            f"seal_verl.cpu_platform: patch '{patch}' was written for {dist}=={expected}, found {shown}. "
+            f"seal_cpu_platform: patch '{patch}' was written for {dist}=={expected}, found {shown}. "
             f"It changes private {dist.split('-')[0]} internals, so it refuses to run on another version. "
             f"Install {dist}=={expected} (recipes/bfcl_v3/cpu/setup_cpu_train_env.sh builds that environment) "
             f"or re-check the patch against {shown} and update EXPECTED_VERSIONS in "
-            f"seal_verl/cpu_platform/versions.py."
+            f"recipes/bfcl_v3/cpu/platform/seal_cpu_platform/versions.py."
         )
     return found

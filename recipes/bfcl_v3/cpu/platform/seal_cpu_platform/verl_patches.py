@@ -58,7 +58,7 @@ def patch_process_group_backend() -> bool:
     params = list(inspect.signature(current_ray).parameters)
     if params != ["timeout_second", "backend"]:
         raise RuntimeError(
-            f"seal_verl.cpu_platform: patch '{PATCH}' expects initialize_global_process_group_ray"
+            f"seal_cpu_platform: patch '{PATCH}' expects initialize_global_process_group_ray"
             f"(timeout_second, backend), found ({', '.join(params)})"
         )
     original_plain = dist_mod.initialize_global_process_group
@@ -98,7 +98,7 @@ OFFLOAD_PATCH = "unpinned FSDP2 CPU offload (verl.utils.fsdp_utils.CPUOffloadPol
 
 def _unpinned_policy_class(base):
     class CPUOffloadPolicyUnpinned(base):
-        """``CPUOffloadPolicy`` that never pins memory (seal_verl.cpu_platform: no accelerator to pin for)."""
+        """``CPUOffloadPolicy`` that never pins memory (seal_cpu_platform: no accelerator to pin for)."""
 
         def __init__(self, pin_memory: bool = False):
             super().__init__(pin_memory=False)
@@ -115,7 +115,7 @@ def patch_fsdp2_offload_pin_memory() -> bool:
 
     current = getattr(fsdp_utils, "CPUOffloadPolicy", None)
     if current is None:
-        raise RuntimeError(f"seal_verl.cpu_platform: patch '{OFFLOAD_PATCH}' found no CPUOffloadPolicy in verl")
+        raise RuntimeError(f"seal_cpu_platform: patch '{OFFLOAD_PATCH}' found no CPUOffloadPolicy in verl")
     if getattr(current, _MARK, False):
         return False
     replacement = _unpinned_policy_class(current)

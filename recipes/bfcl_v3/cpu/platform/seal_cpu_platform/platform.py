@@ -57,7 +57,7 @@ class _CPUDeviceModule(types.ModuleType):
     """``torch.cpu`` with the extra ``torch.cuda``-style functions verl calls on its device module."""
 
     def __init__(self) -> None:
-        super().__init__("seal_verl.cpu_platform.device_module", "torch.cpu as seen by verl's CPU platform")
+        super().__init__("seal_cpu_platform.device_module", "torch.cpu as seen by verl's CPU platform")
         self.get_device_name = lambda device=None: "CPU"
         self.is_available = lambda: True
         self.device_count = lambda: 1

@@ -44,7 +44,7 @@ Hooks, i.e. how each process gets activated:
 
 - driver and Ray workers: every ``import verl`` loads the ``verl.plugins`` entry points; the project's plugin
   calls :func:`activate_if_requested`. Without that entry point, ``VERL_USE_EXTERNAL_MODULES=
-  seal_verl.cpu_platform.verl_plugin`` does the same (verl imports it at ``import verl`` and, unlike entry
+  seal_cpu_platform.verl_plugin`` does the same (verl imports it at ``import verl`` and, unlike entry
   points, does not swallow its errors). Ray workers inherit the variables from the driver.
 - vLLM server actor and vLLM engine/worker processes: they inherit ``SEAL_CPU_PLATFORM`` (the platform also
   passes it in ``rollout_env_vars``) and import verl (its worker extension) before the model loads; the
@@ -107,13 +107,13 @@ def _check_platform_not_resolved() -> None:
     current = getattr(platform_manager, "_current_platform", None)
     if current is not None and current.device_name != "cpu":
         raise CPUPlatformActivationError(
-            f"verl's platform was already resolved to {current.device_name!r} before seal_verl.cpu_platform was "
+            f"verl's platform was already resolved to {current.device_name!r} before seal_cpu_platform was "
             "activated; activate at `import verl` time (verl.plugins entry point or VERL_USE_EXTERNAL_MODULES)"
         )
 
 
 def _report(error: BaseException) -> None:
-    print(f"[seal_verl.cpu_platform] activation failed: {error}", file=sys.stderr, flush=True)
+    print(f"[seal_cpu_platform] activation failed: {error}", file=sys.stderr, flush=True)
 
 
 def _apply_vllm_patches() -> None:
