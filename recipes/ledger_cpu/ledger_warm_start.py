@@ -73,10 +73,9 @@ def render_rows(model: str, task_ids: list[str], out: str) -> list[dict]:
         return dr.ScriptedLLM(tok, tasks, default=lambda t: book.get(t, "pass"), env=ENV)
 
     rows, failed = base_ws.render_under_cue_states(
-        lambda: _setup(model, task_ids, factory, 1, out, TRAIN_LOOP), [(), tuple(CUE_KINDS)])
+        lambda: _setup(model, task_ids, factory, 1, out, TRAIN_LOOP), task_ids, [(), tuple(CUE_KINDS)])
     if failed:
         raise base_ws.WarmStartError(f"ground-truth ledger rollouts that do not pass: {'; '.join(failed[:4])}")
-    rows.sort(key=lambda r: (task_ids.index(r["task_id"]), len(r["interface"]), r["interface"]))
     return rows
 
 

@@ -111,9 +111,11 @@ def cue_state(active: tuple):
         rho=dict(base.rho), base_rho=dict(base.base_rho))
 
 
-def render_under_cue_states(setup, subsets: list[tuple[str, ...]]) -> tuple[list[dict], list[str]]:
+def render_under_cue_states(setup, task_ids: list[str],
+                            subsets: list[tuple[str, ...]]) -> tuple[list[dict], list[str]]:
     """Run the scripted ground truth through the real agent loop once per cue subset and keep the rows of the
-    rollouts that pass. ``setup()`` -> ``(worker, batch, scripted_llm)``. Returns ``(rows, failures)``."""
+    rollouts that pass, in task order, then by cue state. ``setup()`` -> ``(worker, batch, scripted_llm)``.
+    Returns ``(rows, failures)``."""
     from seal_verl.verl_glue.agent_loop import set_state_source
 
     async def go():
@@ -131,6 +133,7 @@ def render_under_cue_states(setup, subsets: list[tuple[str, ...]]) -> tuple[list
     rows, failed = [], []
     for subset, gen in _run_loop(go):
         rows.extend(_rows_of(gen, subset, failed))
+    rows.sort(key=lambda r: (task_ids.index(r["task_id"]), len(r["interface"]), r["interface"]))
     return rows, failed
 
 
@@ -148,13 +151,12 @@ def _render_rows(model: str, task_ids: list[str], out: str, subsets: list[tuple[
         worker, batch, _tok, llm = _agent_loop_setup(model, task_ids, factory, 1, out)
         return worker, batch, llm
 
-    rows, failed = render_under_cue_states(setup, subsets)
+    rows, failed = render_under_cue_states(setup, task_ids, subsets)
     if failed:
         raise WarmStartError(
             "the ground-truth trajectory of these tasks does not pass under the CPU budgets "
             f"({os.path.relpath(AGENT_LOOPS)}; prompt {PROMPT_LENGTH}, response {RESPONSE_LENGTH} tokens), so the "
             f"model cannot learn it: {'; '.join(failed[:4])}. Choose other tasks in the split file.")
-    rows.sort(key=lambda r: (task_ids.index(r["task_id"]), len(r["interface"]), r["interface"]))
     return rows
 
 
