@@ -60,5 +60,5 @@ def test_both_warm_starts_grade_sampled_rollouts_with_the_real_reward(base_model
         r = rates[task]
         assert len(r["scores"]) == len(r["labels"]) >= 1
         assert r["pass_rate"] == sum(r["scores"]) / len(r["scores"])
-        # a random model fails: its labels name why
-        assert r["pass_rate"] < 1 and all(labels for labels, s in zip(r["labels"], r["scores"]) if s < 1)
+        # whatever the model wrote: a score in [0, 1] and the labels Psi gave each rollout
+        assert all(0.0 <= s <= 1.0 for s in r["scores"]) and all(r["labels"]), r
