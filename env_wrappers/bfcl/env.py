@@ -74,6 +74,7 @@ class BFCLEnv:
         self.steps_in_turn = 0
         self.done = False
         self._deferred: list = []  # (call record, tool result) queued by feed(..., defer=True)
+        self._unannotated: list = []  # call records of feed(..., defer=True) not yet given their schema facts
         self._ran = False  # whether any call ran on this environment's own backends
 
     @property
@@ -161,13 +162,23 @@ class BFCLEnv:
         Used to rebuild a trace from a result file, where the file, not the protocol, says where turns end.
         With ``defer`` the message's calls are queued instead and run, in order, by :meth:`flush` (a replay
         needs no result before the end, and one batch costs one thread hand-off under a call time limit);
-        until then their records and tool results hold no result. Anything that executes flushes first.
+        until then their records and tool results hold no result, nor their schema facts (``known`` and
+        ``schema_errors``: see :meth:`annotate`). Anything that executes flushes first.
         """
         result, _ = self._record(message, defer)
         return result
 
+    def annotate(self) -> None:
+        """Give the calls fed with ``defer`` their schema facts. Nothing in the replay depends on them, so a
+        judgement does this while the verifier's worker runs the calls (``judge``); :meth:`flush` and
+        :meth:`settle` do it too, so a completed replay always has them."""
+        pending, self._unannotated = self._unannotated, []
+        for rec in pending:
+            self._annotate(rec)
+
     def flush(self) -> None:
         """Run the calls queued by ``feed(..., defer=True)`` and fill in their results."""
+        self.annotate()
         pending, self._deferred = self._deferred, []
         self._run(pending)
 
@@ -178,6 +189,7 @@ class BFCLEnv:
         nothing, if the count does not match or anything already ran here."""
         if len(outcomes) != len(self._deferred) or self._ran:
             return False
+        self.annotate()
         pending, self._deferred = self._deferred, []
         for (rec, shown), (text, is_error, executed) in zip(pending, outcomes):
             rec.result, rec.is_error, rec.executed = text, is_error, executed
@@ -218,7 +230,13 @@ class BFCLEnv:
         if not decoded.attempted:
             return result, "text"
         for rec in decoded.calls:
-            self._annotate(rec)
+            if rec.name is not None:
+                rec.available = rec.name in self.offered  # as offered now (a later turn may reveal it)
+        if defer:
+            self._unannotated.extend(decoded.calls)
+        else:
+            for rec in decoded.calls:
+                self._annotate(rec)
         result.failed_calls = [c for c in decoded.calls if c.parse_status != PARSE_OK]
         if not decoded.decodable:
             return result, "parse_error"
@@ -257,10 +275,10 @@ class BFCLEnv:
         self.trace.meta["terminated_by"] = reason
 
     def _annotate(self, rec: CallRecord) -> None:
+        """The facts that do not change during the episode (``available`` is set when the call is recorded)."""
         if rec.name is None:
             return
         rec.known = rec.name in self._methods
-        rec.available = rec.name in self.offered
         if rec.parse_status == PARSE_OK and rec.known:
             rec.schema_errors = self.schemas.errors(rec.name, rec.arguments or {})
 

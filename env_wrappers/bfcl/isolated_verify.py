@@ -43,12 +43,14 @@ MAX_RESTARTS = 8
 
 def verify_isolated(task: BFCLTask, decoded: list, attempted: list, strict_abstention: bool,
                     call_timeout_s: float, timed_out: list | None, want_outcomes: bool,
-                    memory_limit_mb: int | None = None) -> tuple:
+                    memory_limit_mb: int | None = None, meanwhile=None) -> tuple:
     """:func:`.verifier.judge_job` in a worker: ``(official, verdict, model_outcomes or None)``. The verdicts
     carry every turn's flags, differences and ground-truth calls (what Psi's checks read), not the call and
     result lists (``verifier.to_wire``).
 
     ``memory_limit_mb``: the worker's cap; None takes ``isolation.DEFAULT_MEMORY_LIMIT_MB`` (the rollouts').
+    ``meanwhile``: called once, in this process, after the judgement was first sent and before its reply is
+    awaited (the caller's own work, done while the worker runs).
     """
     cap = isolation.DEFAULT_MEMORY_LIMIT_MB if memory_limit_mb is None else memory_limit_mb
     skip = [dict(timed_out[k]) if timed_out is not None and k < len(timed_out) else {} for k in range(len(decoded))]
@@ -61,6 +63,9 @@ def verify_isolated(task: BFCLTask, decoded: list, attempted: list, strict_abste
         try:
             worker.request_nowait(("verify", key, None if key in worker.tasks_sent else task) + rest)
             worker.tasks_sent.add(key)
+            if meanwhile is not None:
+                meanwhile, work = None, meanwhile
+                work()
             reply, stopped = _await(worker, call_timeout_s)
             if stopped is None and isinstance(reply, tuple) and reply[:1] == ("need_task",):
                 worker.request_nowait(("verify", key, task) + rest)  # the worker had dropped it

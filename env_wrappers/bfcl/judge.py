@@ -96,8 +96,10 @@ def _verify(task: BFCLTask, trace: Trace, strict_abstention: bool, call_timeout_
         official, verdict, outcomes = judge_job(task, decoded, attempted, strict_abstention, None, timed_out,
                                                 replay is not None)
     else:  # the model's calls: in a worker under a rollout's limits, never in this process
+        # Meanwhile the replay's calls get their schema facts here: the two processes share the work.
         official, verdict, outcomes = verify_isolated(task, decoded, attempted, strict_abstention, call_timeout_s,
-                                                      timed_out, replay is not None)
+                                                      timed_out, replay is not None,
+                                                      meanwhile=replay.annotate if replay is not None else None)
     if replay is not None:
         flat = [o for turn in outcomes or [] for o in turn]
         if outcomes is None or len(outcomes) != len(decoded) or not replay.settle(flat):

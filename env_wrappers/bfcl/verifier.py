@@ -17,6 +17,10 @@ every counterfactual copy are separate objects. Calls are executed by :class:`~.
 
 from __future__ import annotations
 
+import copy
+import threading
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from .backends import Backends
@@ -73,17 +77,76 @@ class Verdict:
     turns: list = field(default_factory=list)  # list[TurnEvidence]
 
 
-def _compare(model: Backends, gt: Backends) -> dict:
-    """BFCL's state check: every public attribute of each ground-truth instance must equal the model's."""
+def _compare(model: Backends, gt_state: dict) -> dict:
+    """BFCL's state check: every public attribute of each ground-truth instance must equal the model's.
+    ``gt_state``: ``{class: {attribute: value}}``, the ground-truth instances' public attributes."""
     diff: dict[str, list[str]] = {}
-    for class_name, gt_inst in gt.instances.items():
+    for class_name, attrs in gt_state.items():
         model_inst = model.instances[class_name]
-        for attr in vars(gt_inst):
-            if attr.startswith("_"):
-                continue
-            if getattr(model_inst, attr) != getattr(gt_inst, attr):
+        for attr, value in attrs.items():
+            if getattr(model_inst, attr) != value:
                 diff.setdefault(class_name, []).append(attr)
     return diff
+
+
+def _public(backends: Backends) -> dict:
+    """The live public attributes of every instance (what :func:`_compare` reads), not copied."""
+    return {name: {a: v for a, v in vars(inst).items() if not a.startswith("_")}
+            for name, inst in backends.instances.items()}
+
+
+class _GroundTruthPath:
+    """The ground-truth path of one task, run once: per turn, its calls' results and a deep copy of the
+    instances' public attributes after the turn, or the error that stopped the turn.
+
+    BFCL's checker replays the ground truth next to every trajectory it judges; the path does not depend on
+    the trajectory (its calls are fixed, the backends deterministic: their random generators are per
+    instance and seeded, and the two calls that set a process-wide precision set it themselves before they
+    compute), so a judge keeps it per task (see :func:`ground_truth_path`) and compares each trajectory with
+    the copies. The copies compare exactly as the live attributes did: a deep copy keeps the values of
+    immutable atoms (floats included) and rebuilds containers equal to the originals."""
+
+    __slots__ = ("turns",)
+
+    def __init__(self, task: BFCLTask):
+        gt = Backends(task.involved_classes, task.initial_config, task.long_context, None)
+        self.turns: list = []
+        broken = ""
+        for k in range(task.n_turns):
+            if broken:
+                self.turns.append(broken)
+                continue
+            try:
+                results = [gt.execute(c)[0] for c in task.ground_truth[k]]
+                self.turns.append((results, copy.deepcopy(_public(gt))))
+            except Exception as exc:  # noqa: BLE001 - recorded per turn, as the inline path did
+                broken = f"{type(exc).__name__}: {exc}"[:500]
+                self.turns.append(broken)
+
+
+#: Ground-truth paths kept per process (least recently used dropped first): a training batch's tasks, or a
+#: result file's tasks judged entry by entry. A BFCL state pickles to 5 KB on average, 20 KB at most (the
+#: long-context ones), so even a 6-turn path of the largest weighs about 120 KB and all kept ones at most ~15 MB.
+MAX_GROUND_TRUTH_PATHS = 128
+_GT_PATHS: OrderedDict = OrderedDict()
+_GT_LOCK = threading.Lock()
+
+
+def ground_truth_path(task: BFCLTask) -> _GroundTruthPath:
+    """This task object's ground-truth path, run on first use and kept (see ``MAX_GROUND_TRUTH_PATHS``)."""
+    key = id(task)
+    with _GT_LOCK:
+        hit = _GT_PATHS.get(key)
+        if hit is not None and hit[0]() is task:
+            _GT_PATHS.move_to_end(key)
+            return hit[1]
+    path = _GroundTruthPath(task)
+    with _GT_LOCK:
+        _GT_PATHS[key] = (weakref.ref(task), path)
+        _GT_PATHS.move_to_end(key)
+        while len(_GT_PATHS) > MAX_GROUND_TRUTH_PATHS:
+            _GT_PATHS.popitem(last=False)
+    return path
 
 
 def _missing(gt_results: list, model_results: list) -> list:
@@ -172,11 +235,11 @@ def verify(task: BFCLTask, decoded: list, strict_abstention: bool = False, attem
         raise ValueError(f"{task.id}: {len(decoded)} decoded turns for {n} ground-truth turns")
     limit = None if on_call is not None else call_timeout_s  # a watched worker runs the calls inline
     model = Backends(task.involved_classes, task.initial_config, task.long_context, limit)
-    # The ground-truth path runs only BFCL's own ground-truth calls (all 800 tasks replay in well under a
-    # second), so it runs inline, without the worker-thread hand-off of a time limit; the rebuilt
-    # ground-truth states on which model calls are replayed counterfactually keep the model's limit.
-    gt = Backends(task.involved_classes, task.initial_config, task.long_context, None)
-    gt_history: list[str] = []  # the ground-truth calls run on `gt` so far
+    # The ground-truth path runs only BFCL's own ground-truth calls, inline (no worker-thread hand-off of a
+    # time limit), once per task (see ground_truth_path); the rebuilt ground-truth states on which model calls
+    # are replayed counterfactually keep the model's limit.
+    gt_path = ground_truth_path(task).turns
+    gt_history: list[str] = []  # the ground-truth calls of the turns so far
     all_model_results: list[str] = []
     verdict = Verdict(valid=True)
     for k in range(n):
@@ -193,7 +256,10 @@ def verify(task: BFCLTask, decoded: list, strict_abstention: bool = False, attem
             results = [r[0] for r in outcomes]
             judged_cf = verdict.failed_turn is not None and bool(gt_calls)
             gt_start = _ground_truth_state(task, gt_history, limit) if judged_cf else None
-            ev.gt_results = [gt.execute(c)[0] for c in gt_calls]
+            if isinstance(gt_path[k], str):
+                raise RuntimeError(f"the ground truth failed: {gt_path[k]}")
+            gt_results, gt_state = gt_path[k]
+            ev.gt_results = list(gt_results)
             gt_history.extend(gt_calls)
             prior = list(all_model_results)
             all_model_results.extend(results)
@@ -213,7 +279,7 @@ def verify(task: BFCLTask, decoded: list, strict_abstention: bool = False, attem
                 compare_to, so_far = model, all_model_results
             if not steps:
                 ev.empty = True
-            ev.state_diff = _compare(compare_to, gt)
+            ev.state_diff = _compare(compare_to, gt_state)
             ev.state_ok = not ev.state_diff
             ev.missing_results = _missing(ev.gt_results, so_far)
             ev.response_ok = not ev.missing_results
