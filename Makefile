@@ -8,7 +8,8 @@
 #   make dry-run       the closed loop with a scripted policy (no vLLM, no optimizer step)
 #   make diagnose-demo label a demo `bfcl generate` result file and plot it
 #   make bench         the overhead benchmarks;  make bench-learning  GRPO vs SEAL and ablations on the ledger
-#                      environment, 3 seeds (LEARN_STEPS=N);  make test-learning-bench  3 steps of it (CI)
+#                      environment, 3 seeds (LEARN_STEPS=N);  make test-learning-bench  2 steps of it (CI)
+#   make warm-starts   build the two cached warm-started models ahead (the runs build them when absent)
 #   make clean         remove the virtual environments (runs/ stays: `make clean-runs` removes results)
 PYTHON ?= python3.11
 VENV   ?= .venv
@@ -25,7 +26,7 @@ VARIANT ?= seal
 STEPS  ?= 4
 LEARN_STEPS ?= 20
 
-.PHONY: venv test test-cpu-training test-learning-bench test-cpu-two-nodes run run-grpo cpu-env dry-run diagnose-demo bench bench-learning clean clean-runs
+.PHONY: venv test warm-starts test-cpu-training test-learning-bench test-cpu-two-nodes run run-grpo cpu-env dry-run diagnose-demo bench bench-learning clean clean-runs
 
 $(VENV)/.installed: setup.py recipes/bfcl_v3/cpu/platform/setup.py Makefile requirements-backbones.txt requirements-backbone-checks.txt
 	$(PYTHON) -m venv $(VENV)
@@ -77,6 +78,12 @@ diagnose-demo: venv
 
 bench: venv
 	$(PY) bench/bench_verifier.py
+
+# Both cached warm starts (the BFCL CPU split's tiny-warm, the ledger's ledger-warm) built ahead of the runs,
+# which otherwise build them on first use; .ci/run builds them while `make test` runs.
+warm-starts: cpu-env
+	PREPARE_ONLY=1 OUT=runs/cpu/prepare bash recipes/bfcl_v3/cpu/run_cpu.sh
+	PREPARE_ONLY=1 OUT=runs/ledger/prepare bash recipes/ledger_cpu/run_ledger.sh
 
 # the ledger learning benchmark: GRPO, SEAL, no_env_side, no_reweighting x 3 seeds (resumes finished runs)
 bench-learning: venv cpu-env

@@ -8,7 +8,7 @@
 #
 # Environment: VARIANT (seal | grpo | no_env_side | no_reweighting | no_closed_loop), STEPS, SEED (data order and
 # sampling seed), OUT (run dir), SEAL_CPU_VENV (training venv), SEAL_CPU_MODELS (model cache), SEAL_CPU_MODEL
-# (use this model folder as it is), VERBOSE=1.
+# (use this model folder as it is), VERBOSE=1, PREPARE_ONLY=1 (stop once the warm start, cached, and the data are ready).
 # The run dir gets data/, main_ppo.log and SEAL's run folder (metrics.jsonl, traces_step_k.jsonl, ...).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -36,6 +36,7 @@ if [ -n "${SEAL_CPU_MODEL:-}" ]; then MODEL_ARGS=(--model "$SEAL_CPU_MODEL"); fi
   tail -30 "$OUT/prepare.log" >&2; echo "run-ledger: error: preparing the model and data failed ($OUT/prepare.log)" >&2; exit 1; }
 grep '^\[warm-start\]\|^model:' "$OUT/prepare.log" || true
 MODEL="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["model"])' "$OUT/prepare.json")"
+if [ "${PREPARE_ONLY:-0}" = 1 ]; then echo "[run-ledger] PREPARE_ONLY=1: model $MODEL and data ready; no main_ppo run"; exit 0; fi
 # shellcheck source=../bfcl_v3/cpu/cpu_env.sh
 source "$REPO/recipes/bfcl_v3/cpu/cpu_env.sh"
 rm -rf "$OUT/checkpoints" "$OUT"/state_step_*.json "$OUT"/traces_step_*.jsonl "$OUT/metrics.jsonl" \

@@ -25,6 +25,7 @@
 #   SEED      the run's seed: vLLM's sampling seed and the data order (default 42, the recipe's); the warm start
 #             is the same for every seed, so runs of different seeds differ only in what the rollouts sample
 #   VERBOSE=1 show verl's whole output on the console too
+#   PREPARE_ONLY=1  stop after the model (warm start, cached) and the data: `make warm-starts` builds the cache ahead
 #   SEAL_CPU_MODELS  cache of the tiny models (default <repo>/runs/cpu/models; tiny-random, tiny-warm)
 #   SEAL_CPU_MODEL   use this model folder as it is
 #   SEAL_CPU_VENV    the training venv (default <repo>/.venv-cpu-train; built with setup_cpu_train_env.sh if absent)
@@ -98,6 +99,10 @@ if [ "$PREP_RC" != 0 ]; then
   exit 1
 fi
 MODEL="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["model"])' "$OUT/prepare.json")"
+if [ "${PREPARE_ONLY:-0}" = 1 ]; then
+  echo "[run-cpu] PREPARE_ONLY=1: model $MODEL and data in $OUT/data ready; no main_ppo run"
+  exit 0
+fi
 VAL_ARGS=()
 if [ "$VAL" = train ]; then VAL_ARGS=("data.val_files=$OUT/data/val_train_tasks.parquet"); fi
 
