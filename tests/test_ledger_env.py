@@ -130,3 +130,34 @@ def test_dataset_rows_name_the_environment_and_fit_a_small_prompt():
     msgs, tools = ENV.initial_messages(ENV.load_task(rows[0]["extra_info"]["task_id"]), rows[0]["prompt"], "json")
     # the tool docs plus one user turn stay small (a BFCL first prompt is ~20k characters)
     assert len(json.dumps(tools)) + sum(len(m["content"]) for m in msgs) < 2500
+
+
+def test_the_ledger_overlay_composes_with_the_sweeps_choice_and_the_recipes_cues():
+    """``+learn=ledger`` on the recipe and the CPU overlay: a valid run config whose learning rate and group size
+    are the ones docs/benchmarks.md says the sweep chose, with the recipe's start-of-task cues on."""
+    import os
+    import re
+
+    pytest.importorskip("verl")
+    import verl  # noqa: F401  (registers SEAL's estimator and trainer)
+    from hydra import compose, initialize_config_dir
+
+    from seal_verl.verl_glue.config import check_run_config
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    recipe = os.path.join(repo, "recipes", "bfcl_v3")
+    ledger = os.path.join(repo, "recipes", "ledger_cpu")
+    with initialize_config_dir(config_dir=os.path.join(recipe, "config"), version_base=None):
+        cfg = compose(config_name="bfcl_v3", overrides=[
+            f"hydra.searchpath=[pkg://verl.trainer.config,file://{recipe}/cpu/config,file://{ledger}/config]",
+            "backbone=qwen2.5-3b", "variant=seal", "+cpu=tiny", "+learn=ledger", f"recipe.dir={recipe}",
+            f"recipe.ledger_dir={ledger}", "recipe.data_dir=/data", "actor_rollout_ref.model.path=/model",
+            "seal.run_dir=/run"])
+    check_run_config(cfg)
+    docs = open(os.path.join(repo, "docs", "benchmarks.md"), encoding="utf-8").read()
+    lr, n = re.search(r"The recipe's value is now lr ([0-9.e-]+), group size (\d+)", docs).groups()
+    assert cfg.actor_rollout_ref.actor.optim.lr == float(lr)
+    assert cfg.actor_rollout_ref.rollout.n == int(n)
+    assert cfg.seal.interface.proactive_cues is True
+    assert cfg.reward.custom_reward_function.reward_kwargs.dense_credit is True
+    assert cfg.data.max_prompt_length <= 1280
