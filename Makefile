@@ -8,7 +8,7 @@
 #   make dry-run       the closed loop with a scripted policy (no vLLM, no optimizer step)
 #   make diagnose-demo label a demo `bfcl generate` result file and plot it
 #   make bench         the overhead benchmarks;  make bench-learning  GRPO vs SEAL and ablations on the ledger
-#                      environment, 3 seeds (LEARN_STEPS=N);  make test-learning-bench  2 steps of it (CI)
+#                      environment, 3 seeds (LEARN_STEPS=N);  make test-learning-bench  2 steps of it
 #   make warm-starts   build the two cached warm-started models ahead (the runs build them when absent)
 #   make clean         remove the virtual environments (runs/ stays: `make clean-runs` removes results)
 PYTHON ?= python3.11
@@ -80,7 +80,7 @@ bench: venv
 	$(PY) bench/bench_verifier.py
 
 # Both cached warm starts (the BFCL CPU split's tiny-warm, the ledger's ledger-warm) built ahead of the runs,
-# which otherwise build them on first use; .ci/run builds them while `make test` runs.
+# which otherwise build them on first use.
 warm-starts: cpu-env
 	PREPARE_ONLY=1 OUT=runs/cpu/prepare bash recipes/bfcl_v3/cpu/run_cpu.sh
 	PREPARE_ONLY=1 OUT=runs/ledger/prepare bash recipes/ledger_cpu/run_ledger.sh
@@ -90,7 +90,7 @@ bench-learning: venv cpu-env
 	.venv-cpu-train/bin/python bench/bench_learning.py --steps $(LEARN_STEPS) --no-plot
 	$(PY) bench/bench_learning.py --steps $(LEARN_STEPS) --plot-only
 
-# 3 steps of the ledger benchmark's GRPO and SEAL runs through main_ppo (the CI check of that path)
+# 2 SEAL steps of the ledger benchmark through main_ppo, and its resume (about 5 min + the ledger warm start)
 test-learning-bench: venv cpu-env
 	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q tests/test_learning_bench.py
 

@@ -1,6 +1,6 @@
 """``PREPARE_ONLY=1`` on both CPU run scripts: the model and the data are made, then the script stops before
-verl's launcher. ``make warm-starts`` (and ``.ci/run``, while the fast suite runs) builds the cached warm starts
-this way, so a run that starts later finds them.
+verl's launcher. ``make warm-starts`` builds the cached warm starts this way, so a run that starts later finds
+them.
 
 Runs in the lean venv with a given model folder (``SEAL_CPU_MODEL``: no warm start), so it takes seconds.
 """
