@@ -6,6 +6,7 @@ Configure it in verl 0.9.1 with::
     reward.custom_reward_function.name=compute_score
     +reward.custom_reward_function.reward_kwargs.strict_abstention=true  # optional (default true)
     +reward.custom_reward_function.reward_kwargs.dense_credit=false      # optional (default false)
+    +reward.custom_reward_function.reward_kwargs.near_miss_credit=0.0    # optional (default 0.0)
     +reward.custom_reward_function.reward_kwargs.env=<name>              # optional fallback environment
 
 (``reward_kwargs`` is not in verl's default config, hence the ``+``; in a YAML file it is a plain mapping.)
@@ -37,6 +38,8 @@ Options (``reward_kwargs``, DESIGN 2.7):
 - ``dense_credit`` (default False): ``score`` = passing checked turns / checked turns for a failing task.
   Checked turns are turns whose ground truth calls something, plus abstention turns when
   ``strict_abstention`` is on; ``checker_error`` turns are left out. A failing task never gets 1.0.
+- ``near_miss_credit`` (default 0.0, in [0, 1), needs ``dense_credit``): an ``argument_mismatch`` turn counts
+  this fraction of a passing turn, so that an attempt with the right tools earns more than no attempt.
 
 Problems are errors, never a silent 0: a missing or malformed trace, an unknown environment or task id, a
 task id or category that disagrees with the trace, a row that disagrees with the environment's data, an
@@ -56,7 +59,7 @@ from seal_verl.profile import trajectory_profile
 from seal_verl.settings import RewardOptions
 from seal_verl.trace import Trace
 
-__all__ = ["compute_score", "grade", "TRACE_KEY", "TASK_ID_KEY", "ENV_KEY", "PROFILE_PREFIX", "RESULT_KEYS",
+__all__ = ["compute_score", "grade", "parse_options", "TRACE_KEY", "TASK_ID_KEY", "ENV_KEY", "PROFILE_PREFIX", "RESULT_KEYS",
            "DEFAULTS", "RewardOptions"]
 
 #: ``extra_info`` key of the rollout's trace (``Trace.to_json()``), set by the agent loop's extra_fields.
@@ -73,7 +76,7 @@ RESULT_KEYS: tuple[str, ...] = (
 ) + tuple(PROFILE_PREFIX + k for k in tx.PROFILE_KEYS)
 
 #: Option defaults as a dict (from :class:`seal_verl.settings.RewardOptions`, their one source).
-DEFAULTS: dict[str, bool] = asdict(RewardOptions())
+DEFAULTS: dict[str, Any] = asdict(RewardOptions())
 #: Keyword arguments verl's reward managers may pass that this function does not use.
 _VERL_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
 
@@ -88,14 +91,33 @@ def _flag(who: str, name: str, value: Any) -> bool:
     raise ValueError(f"{who}: option {name!r} must be true or false, got {value!r}")
 
 
-def _options(who: str, kwargs: dict) -> dict[str, bool]:
+def _number(who: str, name: str, value: Any) -> float:
+    if hasattr(value, "item") and getattr(value, "shape", None) == ():
+        value = value.item()
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"{who}: option {name!r} must be a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{who}: option {name!r} must be a number, got {value!r}") from None
+
+
+def parse_options(who: str, kwargs: dict) -> dict[str, Any]:
+    """The reward options in ``kwargs`` (``reward_kwargs``) with their defaults, checked; errors start with ``who``."""
     unknown = sorted(set(kwargs) - set(DEFAULTS) - _VERL_KWARGS - {ENV_KEY})
     if unknown:
         raise ValueError(
             f"{who}: unknown option(s) {unknown}; allowed reward_kwargs: {', '.join(DEFAULTS)}, {ENV_KEY} "
             "(reward.custom_reward_function.reward_kwargs)"
         )
-    return {f.name: _flag(who, f.name, kwargs.get(f.name, f.default)) for f in fields(RewardOptions)}
+    opts = {f.name: (_flag if isinstance(f.default, bool) else _number)(who, f.name, kwargs.get(f.name, f.default))
+            for f in fields(RewardOptions)}
+    try:
+        RewardOptions(**opts).validate()
+    except ValueError as exc:
+        where = "" if "reward_kwargs" in who else " (reward.custom_reward_function.reward_kwargs)"
+        raise ValueError(f"{who}: {exc}{where}") from None
+    return opts
 
 
 def _load_trace(who: str, extra_info: Any) -> Trace:
@@ -138,25 +160,26 @@ def _env_name(extra_info: dict, trace: Trace, fallback: Optional[str]) -> str:
     )
 
 
-def _dense(labels: list[str], abstention: list[bool], strict: bool) -> float:
-    checked = passed = 0
+def _dense(labels: list[str], abstention: list[bool], strict: bool, near_miss: float = 0.0) -> float:
+    checked = 0
+    credit = 0.0
     for label, abst in zip(labels, abstention):
         if label == tx.CHECKER_ERROR or (abst and not strict):
             continue
         checked += 1
-        passed += label == tx.PASS
+        credit += 1.0 if label == tx.PASS else near_miss if label == tx.ARGUMENT_MISMATCH else 0.0
     if not checked:
         return 0.0
     # A failing task never earns full credit (possible when every judged turn passes but the rollout was
     # force-terminated): one turn's worth is withheld.
-    return min(passed, checked - 1) / checked
+    return (checked - 1 if credit >= checked else credit) / checked
 
 
 def grade(data_source: Any = None, solution_str: Any = None, ground_truth: Any = None,
           extra_info: Optional[dict] = None, *, default_env: Optional[str] = None, who: str = "seal_reward",
           **kwargs: Any) -> dict[str, Any]:
     """:func:`compute_score` with a fallback environment and the name error messages start with."""
-    opts = _options(who, kwargs)
+    opts = parse_options(who, kwargs)
     trace = _load_trace(who, extra_info)
     env = get_environment(_env_name(extra_info, trace, kwargs.get(ENV_KEY) or default_env))
     task_id = extra_info.get(TASK_ID_KEY) or trace.task_id
@@ -182,7 +205,7 @@ def grade(data_source: Any = None, solution_str: Any = None, ground_truth: Any =
     if v.reward_valid:
         score = 1.0
     elif opts["dense_credit"]:
-        score = _dense(labels, abstention, opts["strict_abstention"])
+        score = _dense(labels, abstention, opts["strict_abstention"], opts["near_miss_credit"])
     else:
         score = 0.0
     profile = trajectory_profile(labels, abstention)

@@ -123,10 +123,25 @@ class RewardOptions:
         strict_abstention: a tool-call attempt on an abstention turn fails the task for ``score`` (DESIGN 2.7);
             ``acc`` keeps the official semantics either way.
         dense_credit: a failing task scores the share of its checked turns that pass, instead of 0.
+        near_miss_credit: with ``dense_credit``, a turn Psi labels ``argument_mismatch`` (the call parsed and
+            named the tools; its arguments are wrong) counts this fraction of a passing turn. 0 counts passing
+            turns only. Without it a policy that never calls keeps its abstention turns' credit while every
+            attempt that misses an argument earns nothing, and GRPO can slide into never calling.
     """
 
     strict_abstention: bool = True
     dense_credit: bool = False
+    near_miss_credit: float = 0.0
+
+    def validate(self) -> "RewardOptions":
+        """Raises ValueError on a value out of range or a setting that needs another one."""
+        if not 0.0 <= self.near_miss_credit < 1.0:
+            raise ValueError(f"near_miss_credit must be in [0, 1), got {self.near_miss_credit!r}: a near miss "
+                             "earns less than a passing turn")
+        if self.near_miss_credit and not self.dense_credit:
+            raise ValueError("near_miss_credit needs dense_credit: true (it is a share of a turn's credit, and "
+                             "without dense_credit a failing task scores 0 whatever its turns)")
+        return self
 
 
 def _type_name(tp: Any) -> str:

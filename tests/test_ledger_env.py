@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 
 import pytest
 
@@ -13,6 +15,7 @@ from env_wrappers.registry import get_environment
 from seal_verl.diagnosis import diagnose
 
 ENV = get_environment("ledger")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def first_of(family: str, split: str = "train"):
@@ -132,32 +135,96 @@ def test_dataset_rows_name_the_environment_and_fit_a_small_prompt():
     assert len(json.dumps(tools)) + sum(len(m["content"]) for m in msgs) < 2500
 
 
-def test_the_ledger_overlay_composes_with_the_sweeps_choice_and_the_recipes_cues():
-    """``+learn=ledger`` on the recipe and the CPU overlay: a valid run config whose learning rate and group size
-    are the ones docs/benchmarks.md says the sweep chose, with the recipe's start-of-task cues on."""
-    import os
-    import re
-
+def _compose_ledger(*overrides: str):
+    """The ledger run's config as run_ledger.sh composes it (recipe + CPU overlay + ledger overlay)."""
     pytest.importorskip("verl")
     import verl  # noqa: F401  (registers SEAL's estimator and trainer)
     from hydra import compose, initialize_config_dir
 
+    recipe, ledger = os.path.join(REPO, "recipes", "bfcl_v3"), os.path.join(REPO, "recipes", "ledger_cpu")
+    with initialize_config_dir(config_dir=os.path.join(recipe, "config"), version_base=None):
+        return compose(config_name="bfcl_v3", overrides=[
+            f"hydra.searchpath=[pkg://verl.trainer.config,file://{recipe}/cpu/config,file://{ledger}/config]",
+            "backbone=qwen2.5-3b", "+cpu=tiny", "+learn=ledger", f"recipe.dir={recipe}",
+            f"recipe.ledger_dir={ledger}", "recipe.data_dir=/data", "actor_rollout_ref.model.path=/model",
+            "seal.run_dir=/run", *overrides])
+
+
+def test_the_ledger_overlay_composes_with_the_sweeps_choice_and_the_recipes_cues():
+    """``+learn=ledger`` on the recipe and the CPU overlay: a valid run config whose learning rate, group size and
+    near-miss credit are the ones docs/benchmarks.md says the sweep chose, with the recipe's start-of-task cues on."""
     from seal_verl.verl_glue.config import check_run_config
 
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    recipe = os.path.join(repo, "recipes", "bfcl_v3")
-    ledger = os.path.join(repo, "recipes", "ledger_cpu")
-    with initialize_config_dir(config_dir=os.path.join(recipe, "config"), version_base=None):
-        cfg = compose(config_name="bfcl_v3", overrides=[
-            f"hydra.searchpath=[pkg://verl.trainer.config,file://{recipe}/cpu/config,file://{ledger}/config]",
-            "backbone=qwen2.5-3b", "variant=seal", "+cpu=tiny", "+learn=ledger", f"recipe.dir={recipe}",
-            f"recipe.ledger_dir={ledger}", "recipe.data_dir=/data", "actor_rollout_ref.model.path=/model",
-            "seal.run_dir=/run"])
+    cfg = _compose_ledger("variant=seal")
     check_run_config(cfg)
-    docs = open(os.path.join(repo, "docs", "benchmarks.md"), encoding="utf-8").read()
-    lr, n = re.search(r"The recipe's value is now lr ([0-9.e-]+), group size (\d+)", docs).groups()
+    docs = " ".join(open(os.path.join(REPO, "docs", "benchmarks.md"), encoding="utf-8").read().split())
+    lr, n, near = re.search(r"The recipe's values are now lr ([0-9.e-]+), group size (\d+), near-miss credit "
+                            r"([0-9.]+)", docs).groups()
     assert cfg.actor_rollout_ref.actor.optim.lr == float(lr)
     assert cfg.actor_rollout_ref.rollout.n == int(n)
     assert cfg.seal.interface.proactive_cues is True
     assert cfg.reward.custom_reward_function.reward_kwargs.dense_credit is True
+    assert cfg.reward.custom_reward_function.reward_kwargs.near_miss_credit == float(near)
     assert cfg.data.max_prompt_length <= 1280
+
+
+def _ledger_score(task, turns, **options) -> float:
+    """The training reward (``score``) of a played rollout, through the reward function verl loads."""
+    from reward_fns.seal_reward import compute_score
+
+    episode = ENV.start(task, call_format="json")
+    episode.reset()
+    for messages in turns:
+        for text in list(messages) + [CLOSING_TEXT]:
+            if episode.done or episode.step(text).turn_done:
+                break
+    if not episode.done:
+        episode.terminate()
+    extra = {"task_id": task.id, "seal_trace": episode.trace.to_json(), "env": "ledger"}
+    return compute_score(data_source=task.category, solution_str="", ground_truth=None, extra_info=extra,
+                         **options)["score"]
+
+
+def test_near_miss_credit_lifts_a_wrong_argument_above_never_calling():
+    """The sweep's finding (docs/benchmarks.md): under the dense reward with strict abstention, a rollout that
+    never calls keeps its abstention turn's credit and ties with one that calls the right tool with a wrong
+    amount, so GRPO has no reason to keep calling. ``near_miss_credit`` breaks the tie, and only for
+    ``argument_mismatch``: a wrong tool still earns nothing."""
+    task = first_of("transfer_ask")
+    args = task.ground_truth[0][0]["arguments"]
+    never = [["Sure."], [ABSTAIN_TEXT]]
+    near = [[call("transfer", **dict(args, amount=args["amount"] + 1))], [ABSTAIN_TEXT]]
+    wrong_tool = [[call("deposit", account=args["target"], amount=args["amount"])], [ABSTAIN_TEXT]]
+    dense = {"dense_credit": True}
+    assert _ledger_score(task, never, **dense) == _ledger_score(task, near, **dense) == 0.5
+    shaped = dict(dense, near_miss_credit=0.5)
+    assert _ledger_score(task, near, **shaped) == 0.75
+    assert _ledger_score(task, never, **shaped) == _ledger_score(task, wrong_tool, **shaped) == 0.5
+    assert _ledger_score(task, ENV.reference_turns(task, "json"), **shaped) == 1.0
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"near_miss_credit": 0.5}, "needs dense_credit"),
+    ({"dense_credit": True, "near_miss_credit": 1.0}, "in [0, 1)"),
+    ({"dense_credit": True, "near_miss_credit": -0.1}, "in [0, 1)"),
+    ({"dense_credit": True, "near_miss_credit": "half"}, "must be a number"),
+    ({"dense_credit": True, "near_miss_credit": True}, "must be a number"),
+])
+def test_near_miss_credit_refuses_bad_values(options, message):
+    task = first_of("deposit_check")
+    with pytest.raises(ValueError, match=re.escape(message)) as err:
+        _ledger_score(task, ENV.reference_turns(task, "json"), **options)
+    assert "near_miss_credit" in str(err.value)
+
+
+@pytest.mark.parametrize("value,message", [(1.5, "in [0, 1)"), ("lots", "must be a number")])
+def test_a_bad_reward_option_stops_the_run_at_start_up(value, message):
+    """The check the SEAL trainer runs before any worker starts (``check_run_config``) parses the reward options
+    as the reward function will, so a bad ``near_miss_credit`` is one line at start-up, not an error in the first
+    reward call minutes later."""
+    from seal_verl.verl_glue.config import SealConfigError, check_run_config
+
+    cfg = _compose_ledger("variant=grpo", f"reward.custom_reward_function.reward_kwargs.near_miss_credit={value}")
+    with pytest.raises(SealConfigError, match=re.escape(message)) as err:
+        check_run_config(cfg)
+    assert "near_miss_credit" in str(err.value) and "reward_kwargs" in str(err.value)

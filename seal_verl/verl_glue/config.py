@@ -176,6 +176,28 @@ def estimator_name(adv_estimator: Any) -> str:
     return str(value)
 
 
+#: the reward functions whose options this module checks at start-up (file names or ``pkg://`` module names)
+_SEAL_REWARD_FILES = ("seal_reward", "bfcl_reward")
+
+
+def check_reward_options(config: Any) -> None:
+    """Parse ``reward.custom_reward_function.reward_kwargs`` the way SEAL's reward function will, when that is
+    the configured reward function: a bad option is then one line at start-up, not an error in the first
+    reward call after the workers and the inference servers have started."""
+    path = str(_get(config, "reward.custom_reward_function.path", "") or "")
+    stem = path.rsplit("/", 1)[-1].rsplit(".", 1)[-1] if path.startswith("pkg://") else \
+        path.rsplit("/", 1)[-1].removesuffix(".py")
+    if stem not in _SEAL_REWARD_FILES:
+        return
+    kwargs = to_plain(_get(config, "reward.custom_reward_function.reward_kwargs", None)) or {}
+    from reward_fns.seal_reward import parse_options
+
+    try:
+        parse_options("reward.custom_reward_function.reward_kwargs", dict(kwargs))
+    except ValueError as exc:
+        raise SealConfigError(str(exc)) from None
+
+
 def check_run_config(config: Any) -> Optional[SealConfig]:
     """Validate the ``seal`` section together with the verl settings it depends on.
 
@@ -186,10 +208,12 @@ def check_run_config(config: Any) -> Optional[SealConfig]:
 
     - ``algorithm.adv_estimator=seal_grpo`` if and only if ``seal.switches.reweighting`` is on: the weight
       is never silently 1 and never silently applied;
+    - SEAL's reward function gets options it accepts (:func:`check_reward_options`), whatever the switches;
     - V1 trainer (``trainer.use_v1``, verl's default): any SEAL switch on requires a SEAL trainer mode
       (``trainer.v1.trainer_mode=seal``), the only place that feeds labels to the estimator and runs the
       closed loop; a SEAL trainer mode with ``trainer.use_v1=false`` is ignored by verl, so it is an error.
     """
+    check_reward_options(config)
     seal_node = _get(config, "seal")
     adv = estimator_name(_get(config, "algorithm.adv_estimator", ""))
     use_v1 = bool(_get(config, "trainer.use_v1", True))
