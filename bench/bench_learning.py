@@ -93,11 +93,17 @@ def curve(path: str) -> dict:
                       "seconds": row.get("seconds")})
     val: dict[int, list[float]] = defaultdict(list)
     acc: dict[int, list[float]] = defaultdict(list)
+    turns: dict[int, list[float]] = defaultdict(list)
     for r in _jsonl(os.path.join(path, "val_traces.jsonl")):
-        val[int(r["global_step"])].append(float(r.get("score") or 0.0))
-        acc[int(r["global_step"])].append(float(r.get("acc") or 0.0))
-    # heldout: the reward's score (share of passing turns); heldout_acc: whole tasks passing
+        k = int(r["global_step"])
+        val[k].append(float(r.get("score") or 0.0))
+        acc[k].append(float(r.get("acc") or 0.0))
+        turns[k] += [float(z == "pass") for z in r.get("labels") or []]
+    # heldout: the reward's score (the training reward's semantics, near-miss credit included when it is on);
+    # heldout_pass: the share of held-out turns Psi labels pass, which no reward option changes;
+    # heldout_acc: whole tasks passing
     return {"steps": steps, "heldout": {k: statistics.fmean(v) for k, v in sorted(val.items())},
+            "heldout_pass": {k: statistics.fmean(v) for k, v in sorted(turns.items()) if v},
             "heldout_acc": {k: statistics.fmean(v) for k, v in sorted(acc.items())}}
 
 
@@ -106,9 +112,15 @@ def rise(c: dict, window: int) -> Optional[dict]:
     if len(r) < 2 * window:
         return None
     first, last = statistics.fmean(r[:window]), statistics.fmean(r[-window:])
-    ho = c["heldout"]
-    return {"first": first, "last": last, "rise": last - first,
-            "heldout_before": ho.get(0), "heldout_after": ho[max(ho)] if ho and max(ho) > 0 else None}
+    ho, hp = c["heldout"], c.get("heldout_pass") or {}
+    passing = [x["labels"].get("pass", 0.0) for x in c["steps"] if x["reward"] is not None and x["labels"]]
+    out = {"first": first, "last": last, "rise": last - first,
+           "heldout_before": ho.get(0), "heldout_after": ho[max(ho)] if ho and max(ho) > 0 else None,
+           "heldout_pass_before": hp.get(0), "heldout_pass_after": hp[max(hp)] if hp and max(hp) > 0 else None,
+           "pass_first": None, "pass_last": None}
+    if len(passing) >= 2 * window:  # the share of training turns labelled pass, over the same windows
+        out["pass_first"], out["pass_last"] = statistics.fmean(passing[:window]), statistics.fmean(passing[-window:])
+    return out
 
 
 def _ms(xs: list[float]) -> str:
@@ -138,17 +150,21 @@ def summarise(curves: dict, window: int) -> dict:
 
 
 def tables(curves: dict, summary: dict, window: int) -> str:
-    lines = [f"| variant | seed | reward first {window} | last {window} | rise | held-out before -> after |",
-             "|---|---|---|---|---|---|"]
+    def arrow(a, b):
+        return ("-" if a is None else f"{a:.3f}") + " -> " + ("-" if b is None else f"{b:.3f}")
+
+    lines = [f"| variant | seed | reward first {window} | last {window} | rise | held-out score before -> after "
+             "| training turns passing, first -> last window | held-out turns passing before -> after |",
+             "|---|---|---|---|---|---|---|---|"]
     for v, s in summary.items():
         for seed, r in sorted(s["per_seed"].items()):
             if r is None:
                 n = len(curves[v][seed]["steps"])
-                lines.append(f"| {v} | {seed} | ({n} steps logged) | | | |")
+                lines.append(f"| {v} | {seed} | ({n} steps logged) | | | | | |")
                 continue
-            ho = ("-" if r["heldout_before"] is None else f"{r['heldout_before']:.3f}") + " -> " + (
-                "-" if r["heldout_after"] is None else f"{r['heldout_after']:.3f}")
-            lines.append(f"| {v} | {seed} | {r['first']:.3f} | {r['last']:.3f} | {r['rise']:+.3f} | {ho} |")
+            lines.append(f"| {v} | {seed} | {r['first']:.3f} | {r['last']:.3f} | {r['rise']:+.3f} | "
+                         f"{arrow(r['heldout_before'], r['heldout_after'])} | {arrow(r.get('pass_first'), r.get('pass_last'))} | "
+                         f"{arrow(r.get('heldout_pass_before'), r.get('heldout_pass_after'))} |")
     lines += ["", "| variant | mean rise +- sd over seeds | seeds with rise >= 0.15 | last-window reward minus GRPO's |",
               "|---|---|---|---|"]
     for v, s in summary.items():
@@ -186,7 +202,7 @@ def plot(curves: dict, path: str) -> None:
             for k, r in pts:
                 per_step[k].append(r)
             axes[0].plot([a for a, _ in pts], [b for _, b in pts], color=c, alpha=0.3, lw=1)
-            ho = sorted(cur["heldout"].items())
+            ho = sorted((cur.get("heldout_pass") or cur["heldout"]).items())
             if ho:
                 axes[1].plot([a for a, _ in ho], [b for _, b in ho], marker="o", color=c, alpha=0.6,
                              label=f"{v} s{seed}")
@@ -199,7 +215,7 @@ def plot(curves: dict, path: str) -> None:
                 for x in cur["steps"]:
                     fails[x["step"]].append(1 - x["labels"].get("pass", 1.0) if x["labels"] else 0)
             axes[2].plot(sorted(fails), [statistics.fmean(fails[k]) for k in sorted(fails)], color=c, label=v)
-    titles = ("training reward per step (thin: seeds, thick: mean)", "held-out greedy score (share of passing turns), no cue",
+    titles = ("training reward per step (thin: seeds, thick: mean)", "held-out greedy: share of turns labelled pass, no cue",
               "share of turns with a failure label")
     for ax in axes:
         ax.set_ylim(-0.02, 1.02)

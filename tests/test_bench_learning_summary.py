@@ -28,7 +28,8 @@ def fake_run(path, rewards, heldout=(0.1, 0.4), steps_done=None, exit_code=0):
     with open(os.path.join(path, "val_traces.jsonl"), "w") as v:
         for step, score in zip((0, len(rewards)), heldout):
             for _ in range(2):
-                v.write(json.dumps({"global_step": step, "score": score, "acc": 0.0}) + "\n")
+                v.write(json.dumps({"global_step": step, "score": score, "acc": 0.0,
+                                    "labels": ["pass", "pass" if step else "argument_mismatch"]}) + "\n")
     with open(os.path.join(path, "timing.json"), "w") as f:
         json.dump({"exit_code": exit_code, "steps": steps_done or len(rewards)}, f)
 
@@ -44,8 +45,12 @@ def test_rise_and_difference_to_grpo(tmp_path):
     assert s["grpo"]["per_seed"][1]["heldout_before"] == pytest.approx(0.1)
     assert s["grpo"]["per_seed"][1]["heldout_after"] == pytest.approx(0.4)
     assert curves["seal"][1]["steps"][3]["cues"] == ["schema_constraints"]
+    # the unshaped measures beside the reward: turns labelled pass (training windows, held-out before/after)
+    assert s["grpo"]["per_seed"][1]["pass_first"] == s["grpo"]["per_seed"][1]["pass_last"] == pytest.approx(0.5)
+    assert s["grpo"]["per_seed"][1]["heldout_pass_before"] == pytest.approx(0.5)
+    assert s["grpo"]["per_seed"][1]["heldout_pass_after"] == pytest.approx(1.0)
     md = bl.tables(curves, s, 5)
-    assert "| grpo | 1 | 0.200 | 0.500 | +0.300 |" in md
+    assert "| grpo | 1 | 0.200 | 0.500 | +0.300 | 0.100 -> 0.400 | 0.500 -> 0.500 | 0.500 -> 1.000 |" in md
 
 
 def test_too_short_run_has_no_rise(tmp_path):
