@@ -4,11 +4,13 @@
 #                      (builds .venv-cpu-train first); VARIANT=grpo|no_env_side|... STEPS=N SEED=N OUT=DIR FORCE=1
 #   make run-grpo      the same run with SEAL switched off (vanilla GRPO), for a step-by-step comparison
 #   make test-cpu-training  real main_ppo runs on CPU (seal, grpo, resumed) + their checks
-#   make test-cpu-two-nodes one real SEAL step on a two-node Ray cluster started on this machine (~4.5 min)
+#   make test-cpu-two-nodes only the first of those runs: one real SEAL step on a two-node Ray cluster started on
+#                      this machine (~5 min once the warm start is cached)
 #   make dry-run       the closed loop with a scripted policy (no vLLM, no optimizer step)
 #   make diagnose-demo label a demo `bfcl generate` result file and plot it
 #   make bench         the overhead benchmarks;  make bench-learning  GRPO vs SEAL and ablations on the ledger
 #                      environment, 3 seeds (LEARN_STEPS=N);  make test-learning-bench  2 steps of it
+#                      (LEDGER_MODEL=DIR: on that model, no ledger warm start)
 #   make warm-starts   build the two cached warm-started models ahead (the runs build them when absent)
 #   make clean         remove the virtual environments (runs/ stays: `make clean-runs` removes results)
 PYTHON ?= python3.11
@@ -53,9 +55,10 @@ test: venv
 test-cpu-training: venv cpu-env
 	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q tests/test_cpu_training.py
 
-# run_two_nodes.sh: head + second node, state actor and rollout/reward workers spread over both, check_run.py
+# run_two_nodes.sh: head + second node, state actor and rollout/reward workers spread over both (the first run of
+# test-cpu-training, alone)
 test-cpu-two-nodes: venv cpu-env
-	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q -s tests/test_cpu_two_nodes.py
+	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q -s tests/test_cpu_training.py -k two_node
 
 cpu-env: .venv-cpu-train/bin/python
 
@@ -90,9 +93,11 @@ bench-learning: venv cpu-env
 	.venv-cpu-train/bin/python bench/bench_learning.py --steps $(LEARN_STEPS) --no-plot
 	$(PY) bench/bench_learning.py --steps $(LEARN_STEPS) --plot-only
 
-# 2 SEAL steps of the ledger benchmark through main_ppo, and its resume (about 5 min + the ledger warm start)
+# 2 SEAL steps of the ledger benchmark through main_ppo, and its resume (about 5 min + the ledger warm start).
+# LEDGER_MODEL=<model folder> runs them on that model instead of the ledger warm start (CI: the BFCL warm start,
+# which test-cpu-training has cached): the path is the same, the warm start's 11 minutes are saved.
 test-learning-bench: venv cpu-env
-	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q tests/test_learning_bench.py
+	SEAL_CPU_TRAINING=1 $(if $(LEDGER_MODEL),SEAL_CPU_MODEL=$(abspath $(LEDGER_MODEL))) $(PY) -m pytest -q tests/test_learning_bench.py
 
 clean:
 	rm -rf $(VENV) .venv-cpu-train .venv-tau2 $(BFCL_VENV) *.egg-info

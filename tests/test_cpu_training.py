@@ -4,7 +4,7 @@ tasks' ground truth until it is partly right) run as subprocesses, then ``recipe
 run folder, with a least share of non-zero GRPO advantages per step: the weighted advantage is checked on rollouts
 that actually move the policy.
 
-Opt-in, because it takes about 19 minutes on 2 cores (5 for the warm start, 14 for the runs) and needs the separate training
+Opt-in, because it takes about 20 minutes on 2 cores (5 for the warm start, 15 for the runs) and needs the separate training
 venv (about 4 GB):
 
     SEAL_CPU_TRAINING=1 pytest -q tests/test_cpu_training.py        # <repo>/.venv-cpu-train (built if absent)
@@ -12,13 +12,22 @@ venv (about 4 GB):
 
 ``SEAL_CPU_TRAINING_OUT=DIR`` keeps the run folders there (default: a pytest temporary folder).
 
-Three runs, in this order (the warm-started model is made once, cached under ``SEAL_CPU_MODELS``, and shared):
+The warm-started model is made once (``run_cpu.sh`` with ``PREPARE_ONLY=1``), cached under ``SEAL_CPU_MODELS``
+and shared by three runs, in this order:
 
-1. ``seal``: variant seal, 1 step (validation before training and after the step, checkpoint at step 1);
-2. ``grpo``: variant grpo (SEAL switched off, same trainer, same data order and seeds), 1 step (a step after an
-   update, with its KL and sync checks, is the resumed run's);
-3. ``seal_resumed``: variant seal resumed from run 1's ``global_step_1`` checkpoint for one more step, which runs
-   under the cues the closed loop switched on after step 1.
+1. ``seal``: variant seal, 1 step (validation before training and after the step, checkpoint at step 1), on a Ray
+   cluster of TWO nodes started on this machine by ``run_two_nodes.sh``: a head node (the one logical GPU:
+   trainer, vLLM) and a CPU-only second node, 2 agent-loop workers and 2 reward workers spread round-robin over
+   the nodes, SEAL's closed-loop state actor pinned to the second node. So the trainer publishes the state to,
+   and the agent loops read it from, another node; ``placement.json`` (Ray's state API) says where each actor
+   ran. Nothing in SEAL assumes one node, and the run checks are the same as on one node;
+2. ``grpo``: variant grpo (SEAL switched off, same trainer, same data order and seeds), 1 step, one node (a step
+   after an update, with its KL and sync checks, is the resumed run's);
+3. ``seal_resumed``: variant seal, one node, resumed from run 1's ``global_step_1`` checkpoint for one more step,
+   which runs under the cues the closed loop switched on after step 1: a checkpoint written on two nodes
+   resumes on one.
+
+``make test-cpu-two-nodes`` runs only the first run and its placement tests (``-k two_node``).
 
 What is asserted holds whatever the model samples. The warm-started model is partly right, so most GRPO groups
 have reward variance, but whether a given step has any is chance: a task the model passes a quarter of the time
@@ -76,25 +85,55 @@ def _check_module():
     return mod
 
 
-def _run(name: str, root: str, variant: str, steps: int, extra_env=None, args=()):
+#: the SEAL actor kinds whose nodes placement.json records
+SEAL_KINDS = ("state_actor", "agent_loop_worker", "reward_worker")
+
+
+def _run(name: str, root: str, variant: str, steps: int, extra_env=None, args=(), script="run_cpu.sh"):
     out = os.path.join(root, name)
     env = dict(os.environ, VARIANT=variant, STEPS=str(steps), OUT=out, SEAL_CPU_VENV=VENV, FORCE="1")
+    env.pop("RAY_ADDRESS", None)  # each script starts its own Ray (run_two_nodes.sh: its own two-node cluster)
     env.update(extra_env or {})
     t0 = time.time()
     with open(os.path.join(root, f"{name}.out"), "w") as log:
-        proc = subprocess.run(["bash", os.path.join(CPU_DIR, "run_cpu.sh"), *args], env=env, cwd=REPO,
+        proc = subprocess.run(["bash", os.path.join(CPU_DIR, script), *args], env=env, cwd=REPO,
                               stdout=log, stderr=subprocess.STDOUT, timeout=3600)
-    return {"dir": out, "rc": proc.returncode, "seconds": round(time.time() - t0, 1)}
+    return {"dir": out, "rc": proc.returncode, "seconds": round(time.time() - t0, 1),
+            "log": os.path.join(root, f"{name}.out")}
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    root = os.environ.get("SEAL_CPU_TRAINING_OUT") or str(tmp_path_factory.mktemp("cpu_runs"))
-    os.makedirs(root, exist_ok=True)
-    out = {}
-    out["seal"] = _run("seal", root, "seal", STEPS)
-    with open(os.path.join(out["seal"]["dir"], "prepare.json")) as f:
-        model = {"SEAL_CPU_MODEL": json.load(f)["model"]}  # the warm-started model, shared
+def root(tmp_path_factory):
+    path = os.environ.get("SEAL_CPU_TRAINING_OUT") or str(tmp_path_factory.mktemp("cpu_runs"))
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model(root):
+    """The warm-started model (built, or found in the cache): ``{"SEAL_CPU_MODEL": folder}`` for the runs."""
+    prep = _run("prepare", root, "seal", 1, {"PREPARE_ONLY": "1"})
+    assert prep["rc"] == 0, f"preparing the warm start failed: {prep['log']}"
+    with open(os.path.join(prep["dir"], "prepare.json")) as f:
+        return {"SEAL_CPU_MODEL": json.load(f)["model"]}
+
+
+@pytest.fixture(scope="module")
+def seal_run(root, model):
+    """Run 1: the SEAL step on a two-node Ray cluster, with where each SEAL actor ran."""
+    run = _run("seal", root, "seal", STEPS, model, script="run_two_nodes.sh")
+    run["placement"] = None
+    if os.path.exists(os.path.join(run["dir"], "placement.json")):
+        with open(os.path.join(run["dir"], "placement.json")) as f:
+            run["placement"] = json.load(f)
+        print("\nplacement:", json.dumps(run["placement"]["seal_kinds_by_node"]),
+              json.dumps(run["placement"]["by_kind"]))
+    return run
+
+
+@pytest.fixture(scope="module")
+def runs(root, model, seal_run):
+    out = {"seal": seal_run}
     out["grpo"] = _run("grpo", root, "grpo", GRPO_STEPS, model)
     out["seal_resumed"] = _run(
         "seal_resumed", root, "seal", STEPS + 1,
@@ -133,8 +172,38 @@ def _assert(reports, run, check):
 @needs_runs
 @pytest.mark.parametrize("run", list(SPECS))
 def test_run_exits_0(runs, reports, run):
-    assert runs[run]["rc"] == 0, f"{run}: run_cpu.sh exit {runs[run]['rc']}; log {runs[run]['dir']}/main_ppo.log"
+    assert runs[run]["rc"] == 0, f"{run}: exit {runs[run]['rc']}; console {runs[run]['log']}, verl {runs[run]['dir']}/main_ppo.log"
     _assert(reports, run, "exit")
+
+
+def _placement(seal_run):
+    assert seal_run["rc"] == 0, f"run_two_nodes.sh exit {seal_run['rc']}; console {seal_run['log']}, " \
+                                f"verl {seal_run['dir']}/main_ppo.log"
+    p = seal_run["placement"]
+    assert p is not None, f"no placement.json in {seal_run['dir']}"
+    return p
+
+
+@needs_runs
+def test_two_node_cluster_had_two_nodes(seal_run):
+    p = _placement(seal_run)
+    ids = [n["node_id"] for n in p["nodes"]]
+    assert len(set(ids)) == 2 and sorted(n["role"] for n in p["nodes"]) == ["head", "seal_node_b"], p["nodes"]
+
+
+@needs_runs
+def test_two_node_seal_actors_spread_over_both_nodes(seal_run):
+    p = _placement(seal_run)
+    node_ids = {n["node_id"] for n in p["nodes"]}
+    nodes_of = {k: {a["node_id"] for a in p["actors"] if a["kind"] == k} for k in SEAL_KINDS}
+    for kind, ids in nodes_of.items():
+        assert ids and ids <= node_ids, f"{kind}: ran on {ids}, cluster nodes {node_ids}"
+    # the state actor is one actor, pinned to the second node by seal.state_actor.resources
+    states = [a for a in p["actors"] if a["kind"] == "state_actor"]
+    assert len(states) == 1 and states[0]["node_role"] == "seal_node_b", states
+    # verl's round-robin: one agent-loop worker and one reward worker on each node
+    assert nodes_of["agent_loop_worker"] == node_ids, p["by_kind"]
+    assert nodes_of["reward_worker"] == node_ids, p["by_kind"]
 
 
 @needs_runs

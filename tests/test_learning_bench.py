@@ -4,7 +4,9 @@ reward function), writes its summary, and reuses the finished run when asked aga
 
 Opt-in like ``tests/test_cpu_training.py`` (``SEAL_CPU_TRAINING=1`` or ``SEAL_CPU_TRAIN_VENV``): the run takes a
 few minutes on 2 cores once the ledger warm start is cached under ``SEAL_CPU_MODELS`` (building it adds its own
-minutes the first time). ``SEAL_LEARNING_BENCH_OUT=DIR`` keeps the run folder.
+minutes the first time). ``SEAL_LEARNING_BENCH_OUT=DIR`` keeps the run folder. ``SEAL_CPU_MODEL=DIR`` (``make
+test-learning-bench LEDGER_MODEL=DIR``) runs on that model instead of the ledger warm start: what is checked here
+holds whatever the model writes.
 """
 
 from __future__ import annotations
