@@ -155,6 +155,27 @@ def decode_json_call(text: str, canonical: Callable[[str, dict], str],
                       call=canonical(data["name"], args))
 
 
+def argument_share(gt_calls: list, made: list) -> float:
+    """How near the model's calls came to a turn's ground truth, argument by argument, in [0, 1].
+
+    Per ground-truth call (``{name, arguments}``): the largest share of its arguments (name and value equal)
+    that one of the model's parsed calls of the same function has; a ground-truth call without arguments counts
+    1 when the function was called. The turn's share is the mean over its ground-truth calls; 0 when none."""
+    if not gt_calls:
+        return 0.0
+    total = 0.0
+    for gt in gt_calls:
+        want = gt["arguments"]
+        best = 0.0
+        for call in made:
+            if call.name != gt["name"]:
+                continue
+            got = call.arguments if isinstance(call.arguments, dict) else {}
+            best = max(best, 1.0 if not want else sum(k in got and got[k] == v for k, v in want.items()) / len(want))
+        total += best
+    return total / len(gt_calls)
+
+
 def verify_by_turn(task: Any, trace: Trace, gt_backend: ToolBackend, strict_abstention: bool) -> Verification:
     """Each turn judged from the ground-truth state at its start: the model's parsed calls of the turn on one copy
     of ``gt_backend``, the ground truth's (``task.ground_truth``: per turn a list of ``{name, arguments}``) on the
@@ -175,8 +196,10 @@ def verify_by_turn(task: Any, trace: Trace, gt_backend: ToolBackend, strict_abst
         state_ok = mine.state() == gt_backend.state()
         response_ok = not (Counter(gt_results) - Counter(model_results))
         passed = state_ok and response_ok
+        made = [c for a in turn.attempts for c in a.calls if c.parsed]
         checks.append(TurnCheck(abstention=False, passed=passed, state_ok=state_ok, response_ok=response_ok,
-                                gt_functions=[c["name"] for c in gt_calls]))
+                                gt_functions=[c["name"] for c in gt_calls],
+                                argument_share=argument_share(gt_calls, made)))
         valid &= passed
     valid &= not trace.force_terminated
     return Verification(task_id=task.id, category=task.category, valid=valid, reward_valid=valid and reward_valid,

@@ -7,6 +7,7 @@ Configure it in verl 0.9.1 with::
     +reward.custom_reward_function.reward_kwargs.strict_abstention=true  # optional (default true)
     +reward.custom_reward_function.reward_kwargs.dense_credit=false      # optional (default false)
     +reward.custom_reward_function.reward_kwargs.near_miss_credit=0.0    # optional (default 0.0)
+    +reward.custom_reward_function.reward_kwargs.argument_credit=0.0     # optional (default 0.0)
     +reward.custom_reward_function.reward_kwargs.env=<name>              # optional fallback environment
 
 (``reward_kwargs`` is not in verl's default config, hence the ``+``; in a YAML file it is a plain mapping.)
@@ -40,6 +41,9 @@ Options (``reward_kwargs``, DESIGN 2.7):
   ``strict_abstention`` is on; ``checker_error`` turns are left out. A failing task never gets 1.0.
 - ``near_miss_credit`` (default 0.0, in [0, 1), needs ``dense_credit``): an ``argument_mismatch`` turn counts
   this fraction of a passing turn, so that an attempt with the right tools earns more than no attempt.
+- ``argument_credit`` (default 0.0, in [0, 1), needs ``dense_credit``; ``near_miss_credit + argument_credit < 1``):
+  an ``argument_mismatch`` turn earns in addition this fraction times the share of the ground truth's arguments
+  its calls match (the verifier's ``TurnCheck.argument_share``, 0 where it is not measured).
 
 Problems are errors, never a silent 0: a missing or malformed trace, an unknown environment or task id, a
 task id or category that disagrees with the trace, a row that disagrees with the environment's data, an
@@ -160,14 +164,19 @@ def _env_name(extra_info: dict, trace: Trace, fallback: Optional[str]) -> str:
     )
 
 
-def _dense(labels: list[str], abstention: list[bool], strict: bool, near_miss: float = 0.0) -> float:
+def _dense(labels: list[str], abstention: list[bool], strict: bool, near_miss: float = 0.0,
+           argument: float = 0.0, shares: Optional[list] = None) -> float:
     checked = 0
     credit = 0.0
-    for label, abst in zip(labels, abstention):
+    shares = list(shares or [])[:len(labels)] + [None] * max(0, len(labels) - len(shares or []))
+    for label, abst, share in zip(labels, abstention, shares):
         if label == tx.CHECKER_ERROR or (abst and not strict):
             continue
         checked += 1
-        credit += 1.0 if label == tx.PASS else near_miss if label == tx.ARGUMENT_MISMATCH else 0.0
+        if label == tx.PASS:
+            credit += 1.0
+        elif label == tx.ARGUMENT_MISMATCH:
+            credit += near_miss + argument * min(1.0, max(0.0, share or 0.0))
     if not checked:
         return 0.0
     # A failing task never earns full credit (possible when every judged turn passes but the rollout was
@@ -205,7 +214,8 @@ def grade(data_source: Any = None, solution_str: Any = None, ground_truth: Any =
     if v.reward_valid:
         score = 1.0
     elif opts["dense_credit"]:
-        score = _dense(labels, abstention, opts["strict_abstention"], opts["near_miss_credit"])
+        score = _dense(labels, abstention, opts["strict_abstention"], opts["near_miss_credit"],
+                       opts["argument_credit"], [getattr(c, "argument_share", None) for c in v.checks])
     else:
         score = 0.0
     profile = trajectory_profile(labels, abstention)

@@ -16,6 +16,7 @@ BFCL: an environment supplies :class:`TurnCheck` objects.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 from . import taxonomy as T
 from .trace import Trace, TurnTrace
@@ -32,6 +33,9 @@ class TurnCheck:
         response_ok: every ground-truth execution result of the turn is among the model's results.
         gt_functions: names of the functions the ground truth calls in this turn (with repeats).
         checker_error: non-empty when the verifier itself failed on this turn.
+        argument_share: the share of the ground truth's call arguments that the model's calls of the same
+            function match exactly, in [0, 1]; None where the verifier does not measure it. It grades how near a
+            wrong call came (``near_miss_credit`` / ``argument_credit``); Psi's labels do not use it.
     """
 
     abstention: bool
@@ -40,6 +44,7 @@ class TurnCheck:
     response_ok: bool = True
     gt_functions: list = field(default_factory=list)
     checker_error: str = ""
+    argument_share: Optional[float] = None
 
 
 @dataclass

@@ -127,11 +127,18 @@ class RewardOptions:
             named the tools; its arguments are wrong) counts this fraction of a passing turn. 0 counts passing
             turns only. Without it a policy that never calls keeps its abstention turns' credit while every
             attempt that misses an argument earns nothing, and GRPO can slide into never calling.
+        argument_credit: with ``dense_credit``, an ``argument_mismatch`` turn earns in addition this fraction times
+            the share of the ground truth's arguments its calls match (``TurnCheck.argument_share``; 0 where the
+            verifier does not measure it), so that a call with more arguments right scores more. A flat
+            near-miss credit pays every wrong call the same, and once the policy names the right tools the
+            groups' rewards tie and GRPO's advantage vanishes. ``near_miss_credit + argument_credit`` must stay
+            below 1: a near miss earns less than a pass.
     """
 
     strict_abstention: bool = True
     dense_credit: bool = False
     near_miss_credit: float = 0.0
+    argument_credit: float = 0.0
 
     def validate(self) -> "RewardOptions":
         """Raises ValueError on a value out of range or a setting that needs another one."""
@@ -141,6 +148,14 @@ class RewardOptions:
         if self.near_miss_credit and not self.dense_credit:
             raise ValueError("near_miss_credit needs dense_credit: true (it is a share of a turn's credit, and "
                              "without dense_credit a failing task scores 0 whatever its turns)")
+        if not 0.0 <= self.argument_credit < 1.0:
+            raise ValueError(f"argument_credit must be in [0, 1), got {self.argument_credit!r}")
+        if self.argument_credit and not self.dense_credit:
+            raise ValueError("argument_credit needs dense_credit: true (it is a share of a turn's credit, and "
+                             "without dense_credit a failing task scores 0 whatever its turns)")
+        if self.near_miss_credit + self.argument_credit >= 1.0:
+            raise ValueError(f"near_miss_credit + argument_credit must be below 1, got {self.near_miss_credit!r} + "
+                             f"{self.argument_credit!r}: a near miss earns less than a passing turn")
         return self
 
 

@@ -75,7 +75,7 @@ def test_dry_run_section_differs_from_the_defaults_only_where_it_says():
 
 
 def test_reward_defaults_come_from_the_dataclass():
-    assert DEFAULTS == {"strict_abstention": True, "dense_credit": False, "near_miss_credit": 0.0}
+    assert DEFAULTS == {"strict_abstention": True, "dense_credit": False, "near_miss_credit": 0.0, "argument_credit": 0.0}
     assert DEFAULTS == {f: getattr(RewardOptions(), f) for f in DEFAULTS}
 
 

@@ -203,6 +203,62 @@ def test_near_miss_credit_lifts_a_wrong_argument_above_never_calling():
     assert _ledger_score(task, ENV.reference_turns(task, "json"), **shaped) == 1.0
 
 
+def test_argument_credit_ranks_near_misses_by_the_arguments_they_got_right():
+    """Flat near-miss credit pays every call of the right tool the same, so once a group names the right tools
+    its rewards tie and GRPO's advantage is zero (the 20-step runs plateaued there). ``argument_credit`` adds a
+    share per matching argument: a transfer with one argument wrong earns more than one with two wrong, which
+    earns more than none right, and all stay below a pass."""
+    task = first_of("transfer_ask")
+    args = task.ground_truth[0][0]["arguments"]
+    others = [a for a in ("alice", "bob", "carol", "dave") if a not in (args["source"], args["target"])]
+    one_wrong = dict(args, amount=args["amount"] + 1)
+    two_wrong = dict(one_wrong, target=others[0])
+    all_wrong = dict(two_wrong, source=others[1])
+    opts = {"dense_credit": True, "near_miss_credit": 0.25, "argument_credit": 0.5}
+    score = {name: _ledger_score(task, [[call("transfer", **a)], [ABSTAIN_TEXT]], **opts)
+             for name, a in (("one", one_wrong), ("two", two_wrong), ("all", all_wrong))}
+    # two checked turns: the abstention turn passes (1), the transfer earns 0.25 + 0.5 x share
+    assert score == pytest.approx({"one": (1 + 0.25 + 0.5 * 2 / 3) / 2, "two": (1 + 0.25 + 0.5 / 3) / 2,
+                                   "all": (1 + 0.25) / 2})
+    assert _ledger_score(task, ENV.reference_turns(task, "json"), **opts) == 1.0
+    # without the option the three tie (the plateau)
+    flat = {"dense_credit": True, "near_miss_credit": 0.25}
+    assert len({_ledger_score(task, [[call("transfer", **a)], [ABSTAIN_TEXT]], **flat)
+                for a in (one_wrong, two_wrong, all_wrong)}) == 1
+
+
+@pytest.mark.parametrize("gt,made,share", [
+    ([{"name": "deposit", "arguments": {"account": "bob", "amount": 3}}], [("deposit", {"account": "bob", "amount": 4})], 0.5),
+    ([{"name": "deposit", "arguments": {"account": "bob", "amount": 3}}], [("withdraw", {"account": "bob", "amount": 3})], 0.0),
+    ([{"name": "deposit", "arguments": {"account": "bob", "amount": 3}}],
+     [("deposit", {"account": "ann", "amount": 3}), ("deposit", {"account": "bob", "amount": 3})], 1.0),
+    ([{"name": "get_balance", "arguments": {"account": "bob"}}, {"name": "transfer", "arguments": {"source": "bob", "target": "ann", "amount": 7}}],
+     [("get_balance", {"account": "bob"})], 0.5),
+    ([{"name": "deposit", "arguments": {"account": "bob", "amount": 3}}], [("deposit", {"account": "bob", "amount": "3"})], 0.5),
+    ([{"name": "ping", "arguments": {}}], [("ping", {})], 1.0),
+    ([], [("deposit", {"account": "bob", "amount": 3})], 0.0),
+])
+def test_argument_share(gt, made, share):
+    from env_wrappers.episode import argument_share
+    from seal_verl.trace import CallRecord
+
+    calls = [CallRecord(name=n, arguments=a) for n, a in made]
+    assert argument_share(gt, calls) == pytest.approx(share)
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"argument_credit": 0.5}, "needs dense_credit"),
+    ({"dense_credit": True, "argument_credit": 1.0}, "in [0, 1)"),
+    ({"dense_credit": True, "near_miss_credit": 0.5, "argument_credit": 0.5}, "must be below 1"),
+    ({"dense_credit": True, "argument_credit": "most"}, "must be a number"),
+])
+def test_argument_credit_refuses_bad_values(options, message):
+    task = first_of("deposit_check")
+    with pytest.raises(ValueError, match=re.escape(message)) as err:
+        _ledger_score(task, ENV.reference_turns(task, "json"), **options)
+    assert "argument_credit" in str(err.value)
+
+
 @pytest.mark.parametrize("options,message", [
     ({"near_miss_credit": 0.5}, "needs dense_credit"),
     ({"dense_credit": True, "near_miss_credit": 1.0}, "in [0, 1)"),

@@ -57,7 +57,7 @@ def _compose(backbone="qwen2.5-7b", variant="seal", preset=None):
 PAPER_KEYS = {"recipe.preset", "trainer.experiment_name", "trainer.default_local_dir",
               "actor_rollout_ref.rollout.trace.experiment_name", "seal.weighting.dynamic",
               REWARD_KWARGS + "strict_abstention", REWARD_KWARGS + "dense_credit",
-              REWARD_KWARGS + "near_miss_credit"} | {
+              REWARD_KWARGS + "near_miss_credit", REWARD_KWARGS + "argument_credit"} | {
               f"seal.weighting.rho.{k}" for k in ("invalid_tool_call", "argument_mismatch", "state_mismatch",
                                                   "recovery_failure", "missing_tool_call", "response_mismatch",
                                                   "pass", "spurious_tool_call", "correct_abstention")}
@@ -274,7 +274,8 @@ def test_dry_run_under_the_paper_preset(tmp_path):
     assert len(rows) == 1
     with open(os.path.join(cfg.out, "config.json")) as f:
         written = json.load(f)
-    assert written["reward_kwargs"] == {"strict_abstention": False, "dense_credit": False, "near_miss_credit": 0.0}
+    assert written["reward_kwargs"] == {"strict_abstention": False, "dense_credit": False, "near_miss_credit": 0.0,
+                                         "argument_credit": 0.0}
     assert written["seal"]["weighting"]["dynamic"] is False
     rho = written["seal"]["weighting"]["rho"]
     assert {k: rho[k] for k in TABLE_6} == TABLE_6
