@@ -27,6 +27,10 @@ TORCH_PIP_ARGS ?=
 VARIANT ?= seal
 STEPS  ?= 4
 LEARN_STEPS ?= 20
+# pytest-xdist workers for `make test` (whole test files per worker, so module fixtures are built once; the Ray
+# test files share one worker: the scheduler in tests/conftest.py);
+# TEST_WORKERS=0 runs the suite in this process.
+TEST_WORKERS ?= 2
 
 .PHONY: venv test warm-starts test-cpu-training test-learning-bench test-cpu-two-nodes run run-grpo cpu-env dry-run diagnose-demo bench bench-learning clean clean-runs
 
@@ -50,7 +54,7 @@ $(VENV)/.installed: setup.py recipes/bfcl_v3/cpu/platform/setup.py Makefile requ
 venv: $(VENV)/.installed
 
 test: venv
-	SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q tests
+	SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q -n $(TEST_WORKERS) tests
 
 test-cpu-training: venv cpu-env
 	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q tests/test_cpu_training.py
@@ -155,6 +159,7 @@ test-backbones: venv
 	SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q tests/test_backbone_tokenizers.py tests/test_bfcl_prompt_equality.py tests/test_backbone_budgets.py
 
 # One real main_ppo step per GPU backbone on its real tokenizer (tiny random models; about 6 min each on 2 cores).
+# BACKBONE=<recipe group> runs that backbone's step only (qwen2.5-3b, toolace2-8b).
 .PHONY: test-cpu-training-backbones
 test-cpu-training-backbones: venv cpu-env
-	SEAL_CPU_TRAINING=1 SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q tests/test_cpu_training_backbones.py
+	SEAL_CPU_TRAINING=1 SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q tests/test_cpu_training_backbones.py $(if $(BACKBONE),-k "$(BACKBONE)")

@@ -44,3 +44,18 @@ def test_the_all_tasks_fixture_is_defined_once():
                 if any(not c.args and not c.keywords for c in calls):
                     copies.append(f"{name}:{node.lineno}")
     assert not copies, "use the tasks fixture of conftest.py: " + ", ".join(copies)
+
+
+def test_every_test_file_that_starts_ray_is_in_the_ray_work_unit():
+    """``make test`` runs two pytest-xdist workers and keeps the files that start a local Ray cluster on one of
+    them (tests/conftest.py); a new such file must join that list, or two clusters start at once again."""
+    import re
+
+    from conftest import RAY_MODULES, xdist_work_unit
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    starting = {name for name in os.listdir(here) if name.startswith("test_") and name.endswith(".py")
+                and re.search(r"\bray\.init\(", open(os.path.join(here, name), encoding="utf-8").read())}
+    assert starting <= RAY_MODULES, sorted(starting - RAY_MODULES)
+    assert {xdist_work_unit(f"tests/{name}::t") for name in RAY_MODULES} == {"ray"}
+    assert xdist_work_unit("tests/test_profile.py::test_x[a::b]") == "tests/test_profile.py"
