@@ -3,6 +3,7 @@
     make bench-learning      # the runs in .venv-cpu-train, the figure with .venv (matplotlib)
     .venv-cpu-train/bin/python bench/bench_learning.py [--steps 20] [--seeds 1 2 3] [--variants grpo seal ...]
     .venv/bin/python bench/bench_learning.py --plot-only
+    .venv-cpu-train/bin/python bench/bench_learning.py --jobs 2 ...   # two runs side by side (make bench-learning)
 
 Each run is ``recipes/ledger_cpu/run_ledger.sh`` (verl's ``main_ppo`` with the recipe's variant groups, the CPU
 overlay and the ledger overlay) from the same warm-started tiny model, with the seed setting the data order and
@@ -66,14 +67,46 @@ def finished(path: str, steps: int) -> bool:
     return t.get("exit_code") == 0 and t.get("steps") == steps
 
 
-def run_one(out: str, variant: str, seed: int, steps: int, force: bool, extra: list[str]) -> int:
+def run_one(out: str, variant: str, seed: int, steps: int, force: bool, extra: list[str],
+            prefix: bool = False) -> int:
+    """One run through run_ledger.sh. ``prefix``: the run shares the console with others, so its lines are
+    read through a pipe and printed with the run's name in front (no progress bar)."""
     path = run_dir(out, variant, seed)
     if finished(path, steps) and not force:
         print(f"[bench-learning] {variant} seed {seed}: reusing {path}", flush=True)
         return 0
     env = dict(os.environ, VARIANT=variant, STEPS=str(steps), SEED=str(seed), OUT=path)
     print(f"[bench-learning] {variant} seed {seed}: {steps} steps -> {path}", flush=True)
-    return subprocess.run(["bash", RUN, *extra], env=env, cwd=REPO).returncode
+    if not prefix:
+        return subprocess.run(["bash", RUN, *extra], env=env, cwd=REPO).returncode
+    with subprocess.Popen(["bash", RUN, *extra], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, errors="replace") as proc:
+        for line in proc.stdout:
+            print(f"[{variant} s{seed}] {line.rstrip()}", flush=True)
+    return proc.returncode
+
+
+def prepare(out: str) -> int:
+    """Build the cached warm start (and nothing else) before runs start side by side, so that no two of them
+    build it at once."""
+    env = dict(os.environ, PREPARE_ONLY="1", OUT=os.path.join(out, "prepare"))
+    return subprocess.run(["bash", RUN], env=env, cwd=REPO).returncode
+
+
+def run_all(out: str, variants: list[str], seeds: list[int], steps: int, force: bool, extra: list[str],
+            jobs: int) -> list[str]:
+    """Every (variant, seed) run in priority order (every variant on the first seed, then the next seed),
+    ``jobs`` at a time; returns the failed ones."""
+    order = [(v, s) for s in seeds for v in variants]
+    if jobs <= 1:
+        return [f"{v} seed {s}" for v, s in order if run_one(out, v, s, steps, force, extra) != 0]
+    if prepare(out) != 0:
+        return ["preparing the warm start"]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        codes = list(pool.map(lambda vs: run_one(out, vs[0], vs[1], steps, force, extra, prefix=True), order))
+    return [f"{v} seed {s}" for (v, s), rc in zip(order, codes) if rc != 0]
 
 
 def curve(path: str) -> dict:
@@ -237,6 +270,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--variants", nargs="+", default=list(VARIANTS))
     p.add_argument("--window", type=int, default=5, help="steps averaged at the start and the end (default 5)")
     p.add_argument("--out", default=os.path.join(REPO, "runs", "bench_learning"))
+    p.add_argument("--jobs", type=int, default=1,
+                   help="runs side by side (default 1). Each run keeps one core busy most of the time "
+                        "(one thread per process), so 2 on 2 cores finish the set sooner; each needs a few GB")
     p.add_argument("--force", action="store_true", help="run again even if a finished run is in --out")
     p.add_argument("--plot-only", action="store_true", help="only read the run folders in --out")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG (the training venv has no matplotlib)")
@@ -244,14 +280,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = p.parse_args(argv)
     if args.steps < 2 * args.window:
         p.error(f"--steps must be at least 2 x --window ({2 * args.window})")
+    if args.jobs < 1:
+        p.error("--jobs must be at least 1")
+    unknown = [v for v in args.variants if not os.path.isfile(os.path.join(REPO, "recipes", "bfcl_v3", "config",
+                                                                           "variant", f"{v}.yaml"))]
+    if unknown:
+        p.error(f"unknown variant(s) {', '.join(unknown)}: see recipes/bfcl_v3/config/variant/")
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     failed = []
     if not args.plot_only:
-        for seed in args.seeds:
-            for v in args.variants:
-                if run_one(args.out, v, seed, args.steps, args.force, args.extra) != 0:
-                    failed.append(f"{v} seed {seed}")
+        failed = run_all(args.out, args.variants, args.seeds, args.steps, args.force, args.extra, args.jobs)
     curves = {v: {s: curve(run_dir(args.out, v, s)) for s in args.seeds if os.path.isdir(run_dir(args.out, v, s))}
               for v in args.variants}
     curves = {v: c for v, c in curves.items() if c}

@@ -65,3 +65,37 @@ def test_only_finished_runs_of_the_same_length_are_reused(tmp_path):
     assert not bl.finished(str(tmp_path / "a"), 6)
     assert not bl.finished(str(tmp_path / "b"), 4)
     assert not bl.finished(str(tmp_path / "missing"), 4)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--variants", "grpo", "sael"], "unknown variant(s) sael"),
+    (["--jobs", "0"], "--jobs must be at least 1"),
+])
+def test_bad_arguments_stop_before_any_run(argv, message, tmp_path, monkeypatch, capsys):
+    started = []
+    monkeypatch.setattr(bl, "run_one", lambda *a, **k: started.append(a) or 0)
+    monkeypatch.setattr(bl, "prepare", lambda out: started.append(out) or 0)
+    with pytest.raises(SystemExit) as e:
+        bl.main(argv + ["--steps", "10", "--out", str(tmp_path)])
+    assert e.value.code == 2 and message in capsys.readouterr().err and started == []
+
+
+def test_runs_side_by_side_prepare_first_and_every_failure_named(tmp_path, monkeypatch):
+    """--jobs 2: the warm start is prepared once before any run, every (variant, seed) runs once, in priority
+    order, each with its console lines prefixed, and a failed run is named."""
+    calls = []
+    monkeypatch.setattr(bl, "prepare", lambda out: calls.append("prepare") or 0)
+
+    def fake_run_one(out, v, s, steps, force, extra, prefix=False):
+        calls.append((v, s, prefix))
+        return 1 if (v, s) == ("seal", 2) else 0
+
+    monkeypatch.setattr(bl, "run_one", fake_run_one)
+    failed = bl.run_all(str(tmp_path), ["grpo", "seal"], [1, 2], 20, False, [], jobs=2)
+    assert calls[0] == "prepare"
+    assert sorted(calls[1:]) == sorted([("grpo", 1, True), ("seal", 1, True), ("grpo", 2, True), ("seal", 2, True)])
+    assert failed == ["seal seed 2"]
+    # one at a time: no separate preparation (the first run builds the warm start), no prefix, the same order
+    calls.clear()
+    assert bl.run_all(str(tmp_path), ["grpo", "seal"], [1, 2], 20, False, [], jobs=1) == ["seal seed 2"]
+    assert calls == [("grpo", 1, False), ("seal", 1, False), ("grpo", 2, False), ("seal", 2, False)]
