@@ -3,12 +3,12 @@
     python recipes/ledger_cpu/prepare_ledger.py RUN_DIR [--models-dir D]
 
 The model: ``tiny-random`` (seal_verl.tiny_model, shared with the BFCL CPU run) warm-started on the ledger
-training tasks in two stages (ledger_warm_start.py; each cached, rebuilt only when an input changes):
+training tasks in four stages (ledger_warm_start.py; each cached, rebuilt only when an input changes):
 ``ledger-warm-1`` (30 epochs at lr 1e-2, cosine), then 10 epochs at 5e-3, 15 and 40 at 3e-3, each stage a cosine
 schedule from the previous one; every run of the benchmark starts from the last, ``ledger-warm``. The early
 stages at a high learning rate are chaotic: the same code and seed built, on two machines, models that after
 two stages wrote the right tool on most turns on one and malformed or no calls on half of them on the other.
-The long stages at 3e-3 bring it to the same behaviour (a well-formed call of the right tool on most turns, the
+On the second machine the long stages at 3e-3 brought it to the first one's behaviour (a well-formed call of the right tool on most turns, the
 arguments right on about one turn in five), and this script prints that behaviour (the sampled label mix) and
 warns when the model is outside the band the benchmark's settings were chosen for (``BAND``). The data go to ``RUN_DIR/data``: ``train.parquet`` (the
 64 training tasks, ``seal_env`` loop: SEAL's interface on) and ``eval.parquet`` (the 32 held-out tasks,
@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import sys
+from collections import Counter
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -43,7 +44,7 @@ def behaviour(info: dict) -> dict:
     labels = [z for r in (info.get("pass_rates") or {}).values() for ls in r.get("labels") or [] for z in ls]
     if not labels:
         return {"mix": {}, "right_tool": None, "pass": None, "problems": ["no sampled rollouts recorded"]}
-    mix = {z: labels.count(z) / len(labels) for z in sorted(set(labels), key=labels.count, reverse=True)}
+    mix = {z: n / len(labels) for z, n in Counter(labels).most_common()}
     out = {"mix": mix, "right_tool": mix.get("pass", 0.0) + mix.get("argument_mismatch", 0.0),
            "pass": mix.get("pass", 0.0)}
     out["problems"] = [f"{k} {out[k]:.2f} outside {lo}-{hi}" for k, (lo, hi) in BAND.items()
