@@ -356,6 +356,13 @@ def test_cpu_overlay_only_shrinks_the_recipe(variant):
     assert cfg.data.max_response_length < base.data.max_response_length
     assert cfg.actor_rollout_ref.rollout.max_model_len == cfg.data.max_prompt_length + cfg.data.max_response_length
     assert cfg.actor_rollout_ref.rollout.calculate_log_probs is True
+    # fp32 compute in the actor, the reference and vLLM: verl's default bf16 is emulated on a CPU without native
+    # bf16 and made a step 3-4x slower there (bench/bench_cpu_dtype.py)
+    for role in ("actor", "ref"):
+        mp = OmegaConf.select(cfg, f"actor_rollout_ref.{role}.fsdp_config.mixed_precision")
+        assert mp is not None and dict(mp) == {"param_dtype": "fp32", "reduce_dtype": "fp32",
+                                               "buffer_dtype": "fp32"}, (role, mp)
+    assert cfg.actor_rollout_ref.rollout.dtype == "float32"
     check_run_config(cfg)
     # the CPU agent-loop file lists the recipe's loops with the same classes and call format
     import yaml
