@@ -8,8 +8,9 @@
 Each run is ``recipes/ledger_cpu/run_ledger.sh`` (verl's ``main_ppo`` with the recipe's variant groups, the CPU
 overlay and the ledger overlay) from the same warm-started tiny model, with the seed setting the data order and
 the rollout sampling. Runs go in order of priority (every variant on the first seed, then the next seed), and a
-finished run in ``--out`` (its ``timing.json`` says exit 0 and the same step count) is reused, so an interrupted
-benchmark resumes where it stopped. From the run folders it writes into ``--out``:
+finished run in ``--out`` (its ``timing.json`` says exit 0 and the same step count, and its ``bench_settings.json``
+the same config files and overrides) is reused, so an interrupted benchmark resumes where it stopped. From the run
+folders it writes into ``--out``:
 
 - ``learning.json``: per run and step the mean training reward, pass rate, label mix, cue kinds on, mean SEAL
   weight; per run the held-out greedy accuracy (no cue) before and after; per variant the rise of the
@@ -22,6 +23,7 @@ benchmark resumes where it stopped. From the run folders it writes into ``--out`
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -58,13 +60,46 @@ def run_dir(out: str, variant: str, seed: int) -> str:
     return os.path.join(out, f"{variant}_s{seed}")
 
 
-def finished(path: str, steps: int) -> bool:
+#: the config files a run composes (recipe, CPU overlay, ledger overlay, agent loops): a finished run is reused only
+#: while they and the Hydra overrides are what they were when it ran
+SETTINGS_DIRS = ("recipes/bfcl_v3/config", "recipes/bfcl_v3/agent_loops", "recipes/bfcl_v3/cpu/config",
+                 "recipes/bfcl_v3/cpu/agent_loops", "recipes/ledger_cpu/config", "recipes/ledger_cpu/agent_loops")
+SETTINGS_FILE = "bench_settings.json"
+
+
+def settings(extra: list[str], root: str = REPO) -> str:
+    """A fingerprint of what a run was made with: the bytes of every config file in SETTINGS_DIRS and the
+    overrides. Any edit counts, comments included: a reused run is never one made under other settings."""
+    h = hashlib.sha256()
+    for d in SETTINGS_DIRS:
+        for base, _, files in sorted(os.walk(os.path.join(root, d))):
+            for name in sorted(files):
+                if name.endswith((".yaml", ".yml")):
+                    path = os.path.join(base, name)
+                    h.update(os.path.relpath(path, root).encode() + b"\0")
+                    with open(path, "rb") as f:
+                        h.update(f.read() + b"\0")
+    h.update(json.dumps(list(extra)).encode())
+    return h.hexdigest()[:16]
+
+
+def finished(path: str, steps: int, fingerprint: Optional[str] = None) -> bool:
+    """True for a run that exited 0 after ``steps`` steps and, with ``fingerprint``, was made under those
+    settings (a run without the record, from before it existed, is not reused)."""
     try:
         with open(os.path.join(path, "timing.json")) as f:
             t = json.load(f)
     except (OSError, ValueError):
         return False
-    return t.get("exit_code") == 0 and t.get("steps") == steps
+    if t.get("exit_code") != 0 or t.get("steps") != steps:
+        return False
+    if fingerprint is None:
+        return True
+    try:
+        with open(os.path.join(path, SETTINGS_FILE)) as f:
+            return json.load(f).get("settings") == fingerprint
+    except (OSError, ValueError):
+        return False
 
 
 def run_one(out: str, variant: str, seed: int, steps: int, force: bool, extra: list[str],
@@ -72,18 +107,27 @@ def run_one(out: str, variant: str, seed: int, steps: int, force: bool, extra: l
     """One run through run_ledger.sh. ``prefix``: the run shares the console with others, so its lines are
     read through a pipe and printed with the run's name in front (no progress bar)."""
     path = run_dir(out, variant, seed)
-    if finished(path, steps) and not force:
+    fingerprint = settings(extra)
+    if finished(path, steps, fingerprint) and not force:
         print(f"[bench-learning] {variant} seed {seed}: reusing {path}", flush=True)
         return 0
+    if finished(path, steps) and not force:
+        print(f"[bench-learning] {variant} seed {seed}: the finished run in {path} was made under other settings "
+              f"(config files or overrides changed since): running it again", flush=True)
     env = dict(os.environ, VARIANT=variant, STEPS=str(steps), SEED=str(seed), OUT=path)
     print(f"[bench-learning] {variant} seed {seed}: {steps} steps -> {path}", flush=True)
     if not prefix:
-        return subprocess.run(["bash", RUN, *extra], env=env, cwd=REPO).returncode
-    with subprocess.Popen(["bash", RUN, *extra], env=env, cwd=REPO, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, errors="replace") as proc:
-        for line in proc.stdout:
-            print(f"[{variant} s{seed}] {line.rstrip()}", flush=True)
-    return proc.returncode
+        rc = subprocess.run(["bash", RUN, *extra], env=env, cwd=REPO).returncode
+    else:
+        with subprocess.Popen(["bash", RUN, *extra], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, errors="replace") as proc:
+            for line in proc.stdout:
+                print(f"[{variant} s{seed}] {line.rstrip()}", flush=True)
+        rc = proc.returncode
+    if rc == 0:
+        with open(os.path.join(path, SETTINGS_FILE), "w") as f:
+            json.dump({"settings": fingerprint, "overrides": list(extra)}, f)
+    return rc
 
 
 def prepare(out: str) -> int:

@@ -99,3 +99,45 @@ def test_runs_side_by_side_prepare_first_and_every_failure_named(tmp_path, monke
     calls.clear()
     assert bl.run_all(str(tmp_path), ["grpo", "seal"], [1, 2], 20, False, [], jobs=1) == ["seal seed 2"]
     assert calls == [("grpo", 1, False), ("seal", 1, False), ("grpo", 2, False), ("seal", 2, False)]
+
+
+def _config_tree(root):
+    for d in bl.SETTINGS_DIRS:
+        os.makedirs(os.path.join(root, d), exist_ok=True)
+    path = os.path.join(root, "recipes", "bfcl_v3", "cpu", "config", "tiny.yaml")
+    with open(path, "w") as f:
+        f.write("rollout:\n  dtype: bfloat16\n")
+    return path
+
+
+def test_settings_fingerprint_follows_config_files_and_overrides(tmp_path):
+    yaml_path = _config_tree(tmp_path)
+    before = bl.settings([], root=str(tmp_path))
+    assert bl.settings([], root=str(tmp_path)) == before
+    assert bl.settings(["actor_rollout_ref.actor.optim.lr=1e-3"], root=str(tmp_path)) != before
+    with open(yaml_path, "w") as f:
+        f.write("rollout:\n  dtype: float32\n")
+    assert bl.settings([], root=str(tmp_path)) != before
+
+
+def test_a_finished_run_made_under_other_settings_is_run_again(tmp_path, monkeypatch, capsys):
+    """A finished run is reused only under the settings it was made with: after an overlay edit (here the
+    real config files stand still and the fingerprint is patched) or without the record, it runs again."""
+    runs = []
+
+    def fake_subprocess_run(cmd, env, cwd):
+        runs.append(env["OUT"])
+        fake_run(env["OUT"], [0.3] * int(env["STEPS"]))
+        return type("P", (), {"returncode": 0})()
+
+    monkeypatch.setattr(bl.subprocess, "run", fake_subprocess_run)
+    out = str(tmp_path)
+    assert bl.run_one(out, "grpo", 1, 4, False, []) == 0 and len(runs) == 1
+    assert bl.run_one(out, "grpo", 1, 4, False, []) == 0 and len(runs) == 1  # reused
+    assert "reusing" in capsys.readouterr().out
+    monkeypatch.setattr(bl, "settings", lambda extra, root=bl.REPO: "changed")
+    assert bl.run_one(out, "grpo", 1, 4, False, []) == 0 and len(runs) == 2
+    assert "made under other settings" in capsys.readouterr().out
+    os.remove(os.path.join(bl.run_dir(out, "grpo", 1), bl.SETTINGS_FILE))  # a run from before the record
+    assert not bl.finished(bl.run_dir(out, "grpo", 1), 4, "changed")
+    assert bl.finished(bl.run_dir(out, "grpo", 1), 4)
