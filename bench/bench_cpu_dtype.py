@@ -8,7 +8,7 @@ one process, what that costs on the machine at hand:
 1. one 512 x 512 matrix product, fp32 and bf16 (the raw kernel);
 2. forward + backward of the tiny Qwen2 (``seal_verl.tiny_model``) over a batch shaped like a CPU step's
    micro-batch, plain fp32 and under ``torch.autocast("cpu", torch.bfloat16)``, with and without gradient
-   checkpointing (the recipe turns it on and the overlay keeps it: at this size it costs next to nothing).
+   checkpointing (the recipe turns it on, the overlay off).
 
 Each case runs ``--repeats`` times, alternating, and the fastest run counts. Prints the times and their ratios;
 absolute times vary between machines, the ratios are the point.

@@ -363,6 +363,7 @@ def test_cpu_overlay_only_shrinks_the_recipe(variant):
         assert mp is not None and dict(mp) == {"param_dtype": "fp32", "reduce_dtype": "fp32",
                                                "buffer_dtype": "fp32"}, (role, mp)
     assert cfg.actor_rollout_ref.rollout.dtype == "float32"
+    assert cfg.actor_rollout_ref.model.enable_gradient_checkpointing is False  # only recomputes at this size
     check_run_config(cfg)
     # the CPU agent-loop file lists the recipe's loops with the same classes and call format
     import yaml
