@@ -160,7 +160,8 @@ backbone-sources:
 test-backbones: venv
 	SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q tests/test_backbone_tokenizers.py tests/test_bfcl_prompt_equality.py tests/test_backbone_budgets.py
 
-# One real main_ppo step per GPU backbone on its real tokenizer (tiny random models; about 6 min each on 2 cores).
+# One real main_ppo step per GPU backbone on its real tokenizer (tiny random models; 6 min each on a 2-core machine with
+# native bf16, past 28 min for ToolACE-2 on one without, before the CPU overlay computed in fp32). Not in CI.
 # BACKBONE=<recipe group> runs that backbone's step only (qwen2.5-3b, toolace2-8b).
 .PHONY: test-cpu-training-backbones
 test-cpu-training-backbones: venv cpu-env

@@ -4,7 +4,7 @@ tasks' ground truth until it is partly right) run as subprocesses, then ``recipe
 run folder, with a least share of non-zero GRPO advantages per step: the weighted advantage is checked on rollouts
 that actually move the policy.
 
-Opt-in, because it takes about 20 minutes on 2 cores (5 for the warm start, 15 for the runs) and needs the separate training
+Opt-in, because it takes about 25 minutes on 2 cores (7 for the warm start, 6 for each run) and needs the separate training
 venv (about 4 GB):
 
     SEAL_CPU_TRAINING=1 pytest -q tests/test_cpu_training.py        # <repo>/.venv-cpu-train (built if absent)
@@ -65,7 +65,7 @@ GRPO_STEPS = 1
 VENV = cpu_train_venv()
 _skip_runs = pytest.mark.skipif(
     VENV is None,
-    reason="real CPU training runs take ~19 min: set SEAL_CPU_TRAINING=1 (uses/builds <repo>/.venv-cpu-train) "
+    reason="real CPU training runs take ~25 min: set SEAL_CPU_TRAINING=1 (uses/builds <repo>/.venv-cpu-train) "
     "or SEAL_CPU_TRAIN_VENV=<venv>",
 )
 #: least share of each step's rollouts with a non-zero GRPO advantage asked of every step (check_run --min-nonzero):

@@ -4,7 +4,8 @@
                                              [--split-file F] [--max-model-len N] [--max-prompt-length N]
 
 The model (cached in ``--models-dir``, default ``runs/cpu/models``, shared by every run so that SEAL and GRPO
-start from the same weights): ``tiny-random`` (``seal_verl.tiny_model.make_tiny_qwen``) and, unless
+start from the same weights): ``tiny-random`` (``seal_verl.tiny_model.make_tiny_qwen``), its copy with room for
+``--max-model-len`` tokens and, unless
 ``--no-warm-start``, ``tiny-warm``: that model fine-tuned on the ground-truth trajectories of the split's training
 tasks until it is partly right (``warm_start.py``; rebuilt only when its inputs change). ``--model`` uses a
 given folder instead. The data go to ``RUN_DIR/data`` (``seal-verl prepare-data --split-file``: ``train.parquet``
@@ -16,7 +17,9 @@ Two size adjustments, both outside the recipe's semantics:
 
 - the tiny model is made with ``max_position_embeddings=2048``, but a BFCL first prompt with its tool docs is
   about 4-7k tokens with the tiny tokenizer. vLLM refuses a ``max_model_len`` above the model's position limit,
-  so the limit in ``config.json`` (and the tokenizer's ``model_max_length``) is raised to ``--max-model-len``.
+  so the limit in ``config.json`` (and the tokenizer's ``model_max_length``) is raised to ``--max-model-len``:
+  in a copy, ``tiny-random-ctx<N>``, which the warm start starts from (the ledger warm start starts from
+  ``tiny-random`` itself, and its cache must not see it change), or in place in a ``--model`` folder.
   Qwen2 uses RoPE, which has no learned position table: the weights do not change;
 - every task of the split is rendered the way the agent loop renders it (chat template, the task's tools in the
   system turn, generation prompt) and its length is checked against ``--max-prompt-length`` here, so a task that
@@ -38,26 +41,71 @@ VAL_TRAIN_FILE = "val_train_tasks.parquet"
 
 
 def make_model(path: str, max_model_len: int) -> str:
+    """The tiny model at ``path`` (made there if absent) with its position limits raised to ``max_model_len``
+    in place."""
     from seal_verl.tiny_model import make_tiny_qwen
 
     if not (os.path.exists(os.path.join(path, "config.json")) and os.path.exists(os.path.join(path, "tokenizer.json"))):
         make_tiny_qwen(path)
-    cfg_path = os.path.join(path, "config.json")
-    with open(cfg_path) as f:
-        cfg = json.load(f)
-    if int(cfg.get("max_position_embeddings", 0)) < max_model_len:
-        cfg["max_position_embeddings"] = int(max_model_len)
-        with open(cfg_path, "w") as f:
-            json.dump(cfg, f, indent=2)
-    tok_cfg_path = os.path.join(path, "tokenizer_config.json")
-    if os.path.exists(tok_cfg_path):
-        with open(tok_cfg_path) as f:
-            tok_cfg = json.load(f)
-        if int(tok_cfg.get("model_max_length", 0) or 0) < max_model_len:
-            tok_cfg["model_max_length"] = int(max_model_len)
-            with open(tok_cfg_path, "w") as f:
-                json.dump(tok_cfg, f, indent=2)
+    for name, data in _raised_limits(path, max_model_len).items():
+        _write_if_changed(os.path.join(path, name), data)
     return os.path.abspath(path)
+
+
+def long_context_base(models_dir: str, max_model_len: int) -> str:
+    """``tiny-random`` with room for ``max_model_len`` tokens, as a copy: ``<models_dir>/tiny-random-ctx<N>``.
+
+    The ledger warm start starts from the same ``tiny-random`` and keys its cache on the bytes of that folder;
+    raising the limits in place made every BFCL preparation invalidate the ledger's cache (a 15-minute rebuild on 2
+    cores, and a rebuilt warm start need not be the same model). Files are rewritten only when their bytes change,
+    so the copy (and the BFCL warm start's cache key) stays the same from run to run."""
+    from seal_verl.tiny_model import make_tiny_qwen
+
+    base = os.path.join(models_dir, "tiny-random")
+    if not (os.path.exists(os.path.join(base, "config.json")) and os.path.exists(os.path.join(base, "tokenizer.json"))):
+        make_tiny_qwen(base)
+    out = os.path.join(models_dir, f"tiny-random-ctx{max_model_len}")
+    os.makedirs(out, exist_ok=True)
+    raised = _raised_limits(base, max_model_len)
+    for name in sorted(os.listdir(base)):
+        src = os.path.join(base, name)
+        if os.path.isfile(src) and not name.startswith("."):
+            if name in raised:
+                data = raised[name]
+            else:
+                with open(src, "rb") as f:
+                    data = f.read()
+            _write_if_changed(os.path.join(out, name), data)
+    return os.path.abspath(out)
+
+
+def _raised_limits(path: str, max_model_len: int) -> dict[str, bytes]:
+    """New bytes of ``config.json`` / ``tokenizer_config.json`` under ``path`` whose position limit is below
+    ``max_model_len`` (the files already large enough are left out)."""
+    out = {}
+    for name, key in (("config.json", "max_position_embeddings"), ("tokenizer_config.json", "model_max_length")):
+        file = os.path.join(path, name)
+        if not os.path.exists(file):
+            continue
+        with open(file) as f:
+            cfg = json.load(f)
+        if int(cfg.get(key, 0) or 0) < max_model_len:
+            cfg[key] = int(max_model_len)
+            out[name] = json.dumps(cfg, indent=2).encode()
+    return out
+
+
+def _write_if_changed(path: str, data: bytes) -> None:
+    try:
+        with open(path, "rb") as f:
+            if f.read() == data:
+                return
+    except OSError:
+        pass
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)  # a run reading the folder meanwhile sees the old file or the new one, never half
 
 
 def prompt_lengths(model: str, task_ids: list[str]) -> dict[str, int]:
@@ -104,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.model:
         model = make_model(args.model, args.max_model_len)
     else:
-        model = make_model(os.path.join(args.models_dir, "tiny-random"), args.max_model_len)
+        model = long_context_base(args.models_dir, args.max_model_len)
         if not args.no_warm_start:
             sys.path.insert(0, HERE)
             from warm_start import WarmStartError, warm_start

@@ -26,7 +26,7 @@
 #             is the same for every seed, so runs of different seeds differ only in what the rollouts sample
 #   VERBOSE=1 show verl's whole output on the console too
 #   PREPARE_ONLY=1  stop after the model (warm start, cached) and the data: `make warm-starts` builds the cache ahead
-#   SEAL_CPU_MODELS  cache of the tiny models (default <repo>/runs/cpu/models; tiny-random, tiny-warm)
+#   SEAL_CPU_MODELS  cache of the tiny models (default <repo>/runs/cpu/models; tiny-random, tiny-random-ctx8192, tiny-warm)
 #   SEAL_CPU_MODEL   use this model folder as it is
 #   SEAL_CPU_VENV    the training venv (default <repo>/.venv-cpu-train; built with setup_cpu_train_env.sh if absent)
 set -euo pipefail
