@@ -36,13 +36,18 @@ def remove_stale_temp_files(path: str, prefix: str = ".seal.", min_age_s: float 
 
 def atomic_write_text(path: str, text: str, prefix: str = ".seal.") -> str:
     """Replace ``path`` with ``text`` (UTF-8) atomically; creates the parent folder. Returns ``path``."""
+    return atomic_write_bytes(path, text.encode("utf-8"), prefix)
+
+
+def atomic_write_bytes(path: str, data: bytes, prefix: str = ".seal.") -> str:
+    """Replace ``path`` with ``data`` atomically; creates the parent folder. Returns ``path``."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     remove_stale_temp_files(path, prefix)
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -43,10 +43,7 @@ VAL_TRAIN_FILE = "val_train_tasks.parquet"
 def make_model(path: str, max_model_len: int) -> str:
     """The tiny model at ``path`` (made there if absent) with its position limits raised to ``max_model_len``
     in place."""
-    from seal_verl.tiny_model import make_tiny_qwen
-
-    if not (os.path.exists(os.path.join(path, "config.json")) and os.path.exists(os.path.join(path, "tokenizer.json"))):
-        make_tiny_qwen(path)
+    _ensure_tiny(path)
     for name, data in _raised_limits(path, max_model_len).items():
         _write_if_changed(os.path.join(path, name), data)
     return os.path.abspath(path)
@@ -59,13 +56,8 @@ def long_context_base(models_dir: str, max_model_len: int) -> str:
     raising the limits in place made every BFCL preparation invalidate the ledger's cache (a 15-minute rebuild on 2
     cores, and a rebuilt warm start need not be the same model). Files are rewritten only when their bytes change,
     so the copy (and the BFCL warm start's cache key) stays the same from run to run."""
-    from seal_verl.tiny_model import make_tiny_qwen
-
-    base = os.path.join(models_dir, "tiny-random")
-    if not (os.path.exists(os.path.join(base, "config.json")) and os.path.exists(os.path.join(base, "tokenizer.json"))):
-        make_tiny_qwen(base)
+    base = _ensure_tiny(os.path.join(models_dir, "tiny-random"))
     out = os.path.join(models_dir, f"tiny-random-ctx{max_model_len}")
-    os.makedirs(out, exist_ok=True)
     raised = _raised_limits(base, max_model_len)
     for name in sorted(os.listdir(base)):
         src = os.path.join(base, name)
@@ -77,6 +69,15 @@ def long_context_base(models_dir: str, max_model_len: int) -> str:
                     data = f.read()
             _write_if_changed(os.path.join(out, name), data)
     return os.path.abspath(out)
+
+
+def _ensure_tiny(path: str) -> str:
+    """``path``, with the tiny random model made there first if it holds none."""
+    from seal_verl.tiny_model import make_tiny_qwen
+
+    if not (os.path.exists(os.path.join(path, "config.json")) and os.path.exists(os.path.join(path, "tokenizer.json"))):
+        make_tiny_qwen(path)
+    return path
 
 
 def _raised_limits(path: str, max_model_len: int) -> dict[str, bytes]:
@@ -96,16 +97,17 @@ def _raised_limits(path: str, max_model_len: int) -> dict[str, bytes]:
 
 
 def _write_if_changed(path: str, data: bytes) -> None:
+    """Leave ``path`` alone when it holds ``data`` already; otherwise replace it atomically (a run reading the
+    folder meanwhile sees the old file or the new one, never half of one)."""
+    from seal_verl.atomic import atomic_write_bytes
+
     try:
         with open(path, "rb") as f:
             if f.read() == data:
                 return
     except OSError:
         pass
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)  # a run reading the folder meanwhile sees the old file or the new one, never half
+    atomic_write_bytes(path, data)
 
 
 def prompt_lengths(model: str, task_ids: list[str]) -> dict[str, int]:
