@@ -3,14 +3,16 @@
     python recipes/ledger_cpu/prepare_ledger.py RUN_DIR [--models-dir D]
 
 The model: ``tiny-random`` (seal_verl.tiny_model, shared with the BFCL CPU run) warm-started on the ledger
-training tasks in four stages (ledger_warm_start.py; each cached, rebuilt only when an input changes):
-``ledger-warm-1`` (30 epochs at lr 1e-2, cosine), then 10 epochs at 5e-3, 15 and 40 at 3e-3, each stage a cosine
-schedule from the previous one; every run of the benchmark starts from the last, ``ledger-warm``. The early
-stages at a high learning rate are chaotic: the same code and seed built, on two machines, models that after
-two stages wrote the right tool on most turns on one and malformed or no calls on half of them on the other.
-On the second machine the long stages at 3e-3 brought it to the first one's behaviour (a well-formed call of the right tool on most turns, the
-arguments right on about one turn in five), and this script prints that behaviour (the sampled label mix) and
-warns when the model is outside the band the benchmark's settings were chosen for (``BAND``). The data go to ``RUN_DIR/data``: ``train.parquet`` (the
+training tasks in five stages, each cached and rebuilt only when an input changes. Four supervised stages
+(ledger_warm_start.py): ``ledger-warm-1`` (30 epochs at lr 1e-2, cosine), then 10 epochs at 5e-3, 15 and 40 at
+3e-3, each a cosine schedule from the previous one, to ``ledger-warm``, which calls the right tool on most turns
+and errs mostly in the arguments. The early stages at a high learning rate are chaotic (the same code and seed
+built different models on two machines after two stages); the long stages at 3e-3 brought both to that
+behaviour. Then the mixed stage (ledger_mix.py) to ``ledger-mix``, the benchmark's model: 10 epochs on the right
+trajectories plus one labelled failing trajectory per task and cue state (no call, the opposite state change, a
+malformed call), so the model is right on some samples and wrong in labelled ways on others, which RL can
+sharpen. This script prints the model's behaviour (the sampled label mix) and warns when it is outside the band
+the benchmark's settings were chosen for (``BAND``). The data go to ``RUN_DIR/data``: ``train.parquet`` (the
 64 training tasks, ``seal_env`` loop: SEAL's interface on) and ``eval.parquet`` (the 32 held-out tasks,
 ``env`` loop: no cue), written by the environment's own row builder.
 """
@@ -31,11 +33,15 @@ STAGES = (("ledger-warm-1", {"epochs": 30, "lr": 1e-2, "samples": 1, "target": 0
           ("ledger-warm-2", {"epochs": 10, "lr": 5e-3, "samples": 1, "target": 0.3}),
           ("ledger-warm-3", {"epochs": 15, "lr": 3e-3, "samples": 1, "target": 0.3}),
           ("ledger-warm", {"epochs": 40, "lr": 3e-3, "samples": 1, "target": 0.3}))
+#: the fifth stage (ledger_mix.py, its own settings): right and labelled-wrong trajectories mixed; the benchmark's model
+MIXED = "ledger-mix"
 
 
 #: the behaviour the benchmark's settings were chosen for: the share of sampled training turns that call the right
-#: tool (labels pass or argument_mismatch) and the share that pass
-BAND = {"right_tool": (0.5, 1.0), "pass": (0.05, 0.5)}
+#: tool (labels pass or argument_mismatch) and the share that pass. The mixed stage leaves about a quarter of the
+#: turns on the right tool and a tenth passing; a model right on most turns has little left for RL to sharpen,
+#: one right on almost none gives GRPO groups of a single outcome.
+BAND = {"right_tool": (0.15, 0.6), "pass": (0.03, 0.3)}
 
 
 def behaviour(info: dict) -> dict:
@@ -61,6 +67,7 @@ def main(argv=None) -> int:
     from seal_verl import dry_run as dr
 
     sys.path.insert(0, HERE)
+    from ledger_mix import mixed_stage
     from ledger_warm_start import ENV, warm_start
 
     run_dir = os.path.abspath(args.run_dir)
@@ -78,7 +85,8 @@ def main(argv=None) -> int:
             for f in os.listdir(base):
                 if f.endswith(".parquet"):
                     os.remove(os.path.join(base, f))
-        model = base
+        info = mixed_stage(os.path.join(args.models_dir, MIXED), base)
+        model = info["out"]
         b = behaviour(info)
         print("[warm-start] sampled training turns: " + ", ".join(f"{z} {p:.2f}" for z, p in b["mix"].items()),
               flush=True)
