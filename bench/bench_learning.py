@@ -67,10 +67,12 @@ SETTINGS_DIRS = ("recipes/bfcl_v3/config", "recipes/bfcl_v3/agent_loops", "recip
 SETTINGS_FILE = "bench_settings.json"
 
 
-def settings(extra: list[str], root: str = REPO) -> str:
-    """A fingerprint of what a run was made with: the bytes of every config file in SETTINGS_DIRS and the
-    overrides. Any edit counts, comments included: a reused run is never one made under other settings."""
+def settings(extra: list[str], root: str = REPO, model: Optional[str] = None) -> str:
+    """A fingerprint of what a run was made with: the bytes of every config file in SETTINGS_DIRS, the
+    overrides and ``model`` (the warm start's identity, :func:`model_identity`). Any edit counts, comments
+    included: a reused run is never one made under other settings or from another model."""
     h = hashlib.sha256()
+    h.update(json.dumps(model).encode() + b"\0")
     for d in SETTINGS_DIRS:
         for base, _, files in sorted(os.walk(os.path.join(root, d))):
             for name in sorted(files):
@@ -81,6 +83,29 @@ def settings(extra: list[str], root: str = REPO) -> str:
                         h.update(f.read() + b"\0")
     h.update(json.dumps(list(extra)).encode())
     return h.hexdigest()[:16]
+
+
+def model_identity(prepared: str) -> Optional[str]:
+    """The model a prepared run folder (``prepare.json``) starts from: the fingerprint in its ``warm_start.json``
+    (every warm start records one over its inputs), else a digest of the folder's files (a model passed as it
+    is). None when the folder was not prepared."""
+    try:
+        with open(os.path.join(prepared, "prepare.json")) as f:
+            model = json.load(f)["model"]
+    except (OSError, ValueError, KeyError):
+        return None
+    try:
+        with open(os.path.join(model, "warm_start.json")) as f:
+            return "warm-start:" + str(json.load(f)["fingerprint"])
+    except (OSError, ValueError, KeyError):
+        pass
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(model)) if os.path.isdir(model) else []:
+        path = os.path.join(model, name)
+        if os.path.isfile(path) and not name.startswith("."):
+            with open(path, "rb") as f:
+                h.update(name.encode() + b"\0" + hashlib.sha256(f.read()).digest())
+    return "files:" + h.hexdigest()[:16]
 
 
 def finished(path: str, steps: int, fingerprint: Optional[str] = None) -> bool:
@@ -103,17 +128,18 @@ def finished(path: str, steps: int, fingerprint: Optional[str] = None) -> bool:
 
 
 def run_one(out: str, variant: str, seed: int, steps: int, force: bool, extra: list[str],
-            prefix: bool = False) -> int:
+            prefix: bool = False, model: Optional[str] = None) -> int:
     """One run through run_ledger.sh. ``prefix``: the run shares the console with others, so its lines are
-    read through a pipe and printed with the run's name in front (no progress bar)."""
+    read through a pipe and printed with the run's name in front (no progress bar). ``model``: the identity of
+    the warm start the run will start from (:func:`model_identity`), part of the settings a run is reused under."""
     path = run_dir(out, variant, seed)
-    fingerprint = settings(extra)
+    fingerprint = settings(extra, model=model)
     if finished(path, steps, fingerprint) and not force:
         print(f"[bench-learning] {variant} seed {seed}: reusing {path}", flush=True)
         return 0
     if finished(path, steps) and not force:
         print(f"[bench-learning] {variant} seed {seed}: the finished run in {path} was made under other settings "
-              f"(config files or overrides changed since): running it again", flush=True)
+              f"(config files, overrides or the warm start changed since): running it again", flush=True)
     env = dict(os.environ, VARIANT=variant, STEPS=str(steps), SEED=str(seed), OUT=path)
     print(f"[bench-learning] {variant} seed {seed}: {steps} steps -> {path}", flush=True)
     if not prefix:
@@ -126,13 +152,12 @@ def run_one(out: str, variant: str, seed: int, steps: int, force: bool, extra: l
         rc = proc.returncode
     if rc == 0:
         with open(os.path.join(path, SETTINGS_FILE), "w") as f:
-            json.dump({"settings": fingerprint, "overrides": list(extra)}, f)
+            json.dump({"settings": fingerprint, "overrides": list(extra), "model": model}, f)
     return rc
 
 
 def prepare(out: str) -> int:
-    """Build the cached warm start (and nothing else) before runs start side by side, so that no two of them
-    build it at once."""
+    """Build the cached warm start and the data (nothing else) in ``out/prepare`` before any run starts."""
     env = dict(os.environ, PREPARE_ONLY="1", OUT=os.path.join(out, "prepare"))
     return subprocess.run(["bash", RUN], env=env, cwd=REPO).returncode
 
@@ -142,14 +167,17 @@ def run_all(out: str, variants: list[str], seeds: list[int], steps: int, force: 
     """Every (variant, seed) run in priority order (every variant on the first seed, then the next seed),
     ``jobs`` at a time; returns the failed ones."""
     order = [(v, s) for s in seeds for v in variants]
-    if jobs <= 1:
-        return [f"{v} seed {s}" for v, s in order if run_one(out, v, s, steps, force, extra) != 0]
+    # once, before any run: the cached warm start (so that no two runs build it at once) and its identity
     if prepare(out) != 0:
         return ["preparing the warm start"]
+    model = model_identity(os.path.join(out, "prepare"))
+    if jobs <= 1:
+        return [f"{v} seed {s}" for v, s in order if run_one(out, v, s, steps, force, extra, model=model) != 0]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        codes = list(pool.map(lambda vs: run_one(out, vs[0], vs[1], steps, force, extra, prefix=True), order))
+        codes = list(pool.map(lambda vs: run_one(out, vs[0], vs[1], steps, force, extra, prefix=True,
+                                                 model=model), order))
     return [f"{v} seed {s}" for (v, s), rc in zip(order, codes) if rc != 0]
 
 

@@ -86,7 +86,7 @@ def test_runs_side_by_side_prepare_first_and_every_failure_named(tmp_path, monke
     calls = []
     monkeypatch.setattr(bl, "prepare", lambda out: calls.append("prepare") or 0)
 
-    def fake_run_one(out, v, s, steps, force, extra, prefix=False):
+    def fake_run_one(out, v, s, steps, force, extra, prefix=False, model=None):
         calls.append((v, s, prefix))
         return 1 if (v, s) == ("seal", 2) else 0
 
@@ -95,10 +95,10 @@ def test_runs_side_by_side_prepare_first_and_every_failure_named(tmp_path, monke
     assert calls[0] == "prepare"
     assert sorted(calls[1:]) == sorted([("grpo", 1, True), ("seal", 1, True), ("grpo", 2, True), ("seal", 2, True)])
     assert failed == ["seal seed 2"]
-    # one at a time: no separate preparation (the first run builds the warm start), no prefix, the same order
+    # one at a time: prepared first as well (the warm start's identity decides reuse), no prefix, the same order
     calls.clear()
     assert bl.run_all(str(tmp_path), ["grpo", "seal"], [1, 2], 20, False, [], jobs=1) == ["seal seed 2"]
-    assert calls == [("grpo", 1, False), ("seal", 1, False), ("grpo", 2, False), ("seal", 2, False)]
+    assert calls == ["prepare", ("grpo", 1, False), ("seal", 1, False), ("grpo", 2, False), ("seal", 2, False)]
 
 
 def _config_tree(root):
@@ -120,24 +120,79 @@ def test_settings_fingerprint_follows_config_files_and_overrides(tmp_path):
     assert bl.settings([], root=str(tmp_path)) != before
 
 
-def test_a_finished_run_made_under_other_settings_is_run_again(tmp_path, monkeypatch, capsys):
-    """A finished run is reused only under the settings it was made with: after an overlay edit (here the
-    real config files stand still and the fingerprint is patched) or without the record, it runs again."""
+def _record_runs(monkeypatch) -> list:
+    """run_ledger.sh replaced by a writer of a finished run's files; returns the list of run folders it made
+    (a preparation, PREPARE_ONLY, succeeds and is not counted)."""
     runs = []
 
     def fake_subprocess_run(cmd, env, cwd):
-        runs.append(env["OUT"])
-        fake_run(env["OUT"], [0.3] * int(env["STEPS"]))
+        if not env.get("PREPARE_ONLY"):
+            runs.append(env["OUT"])
+            fake_run(env["OUT"], [0.3] * int(env["STEPS"]))
         return type("P", (), {"returncode": 0})()
 
     monkeypatch.setattr(bl.subprocess, "run", fake_subprocess_run)
+    return runs
+
+
+def test_a_finished_run_made_under_other_settings_is_run_again(tmp_path, monkeypatch, capsys):
+    """A finished run is reused only under the settings it was made with: after an overlay edit (here the
+    real config files stand still and the fingerprint is patched) or without the record, it runs again."""
+    runs = _record_runs(monkeypatch)
     out = str(tmp_path)
     assert bl.run_one(out, "grpo", 1, 4, False, []) == 0 and len(runs) == 1
     assert bl.run_one(out, "grpo", 1, 4, False, []) == 0 and len(runs) == 1  # reused
     assert "reusing" in capsys.readouterr().out
-    monkeypatch.setattr(bl, "settings", lambda extra, root=bl.REPO: "changed")
+    monkeypatch.setattr(bl, "settings", lambda extra, root=bl.REPO, model=None: "changed")
     assert bl.run_one(out, "grpo", 1, 4, False, []) == 0 and len(runs) == 2
     assert "made under other settings" in capsys.readouterr().out
     os.remove(os.path.join(bl.run_dir(out, "grpo", 1), bl.SETTINGS_FILE))  # a run from before the record
     assert not bl.finished(bl.run_dir(out, "grpo", 1), 4, "changed")
     assert bl.finished(bl.run_dir(out, "grpo", 1), 4)
+
+
+def _prepared(root, name, warm_fingerprint=None, weights=b"w1"):
+    """A prepared run folder whose prepare.json names a model folder (with a warm_start.json when given)."""
+    model = os.path.join(root, "models", name)
+    os.makedirs(model, exist_ok=True)
+    with open(os.path.join(model, "model.safetensors"), "wb") as f:
+        f.write(weights)
+    if warm_fingerprint:
+        with open(os.path.join(model, "warm_start.json"), "w") as f:
+            json.dump({"fingerprint": warm_fingerprint}, f)
+    prepared = os.path.join(root, "prepare_" + name)
+    os.makedirs(prepared, exist_ok=True)
+    with open(os.path.join(prepared, "prepare.json"), "w") as f:
+        json.dump({"model": model, "env": "ledger"}, f)
+    return prepared, model
+
+
+def test_model_identity_is_the_warm_start_fingerprint_or_the_files(tmp_path):
+    a, _ = _prepared(str(tmp_path), "a", "f00d")
+    assert bl.model_identity(a) == "warm-start:f00d"
+    b, model_b = _prepared(str(tmp_path), "b")
+    first = bl.model_identity(b)
+    assert first.startswith("files:") and bl.model_identity(b) == first
+    with open(os.path.join(model_b, "model.safetensors"), "wb") as f:
+        f.write(b"w2")
+    assert bl.model_identity(b) != first
+    assert bl.model_identity(str(tmp_path / "not_prepared")) is None
+
+
+def test_a_finished_run_from_another_warm_start_is_run_again(tmp_path, monkeypatch, capsys):
+    """The settings include the model: a run finished from one warm start is not reused once the warm start
+    changed (the config files and overrides being the same), and run_all passes the prepared model's identity."""
+    runs = _record_runs(monkeypatch)
+    out = str(tmp_path / "bench")
+    assert bl.settings([], model="warm-start:a") != bl.settings([], model="warm-start:b")
+    assert bl.run_one(out, "grpo", 1, 4, False, [], model="warm-start:a") == 0 and len(runs) == 1
+    assert bl.run_one(out, "grpo", 1, 4, False, [], model="warm-start:a") == 0 and len(runs) == 1  # reused
+    assert bl.run_one(out, "grpo", 1, 4, False, [], model="warm-start:b") == 0 and len(runs) == 2
+    assert "the warm start changed" in capsys.readouterr().out
+    with open(os.path.join(bl.run_dir(out, "grpo", 1), bl.SETTINGS_FILE)) as f:
+        assert json.load(f)["model"] == "warm-start:b"
+    # through run_all: the identity comes from out/prepare, here a warm start with fingerprint "b"
+    prepared, _ = _prepared(str(tmp_path), "b", "b")
+    os.makedirs(os.path.join(out, "prepare"), exist_ok=True)
+    os.replace(os.path.join(prepared, "prepare.json"), os.path.join(out, "prepare", "prepare.json"))
+    assert bl.run_all(out, ["grpo"], [1], 4, False, [], jobs=1) == [] and len(runs) == 2  # reused
