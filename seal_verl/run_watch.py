@@ -11,7 +11,9 @@ files: ``metrics.jsonl`` and ``traces_step_k.jsonl`` (written by the SEAL traine
 
 (mean reward, share of rollouts that passed, share of rollouts with a non-zero GRPO advantage, the label mix of
 the step, the cue kinds the rollouts ran under, the range of the SEAL weights) and, after each validation, the
-accuracy per category. It stops when the process ``--pid`` is gone (or on Ctrl-C) and never touches the run.
+accuracy per category. It warns, once, when Ray's memory monitor killed workers (a verl run that lost a rollout
+worker waits forever instead of failing) and when a step takes far longer than every step before it. It stops
+when the process ``--pid`` is gone (or on Ctrl-C) and never touches the run.
 No verl import: it works on any run folder, also one copied off a GPU cluster.
 """
 
@@ -38,6 +40,13 @@ PHASES = (
     (re.compile(r"Initial validation metrics|validation generation end"), "validation"),
     (re.compile(r"Final validation metrics"), "final validation"),
 )
+
+#: Ray's lines when its memory monitor killed workers. A verl run that lost a rollout worker this way does not fail:
+#: its agent loop waits for the lost rollouts forever (``running: 8, finished: 0`` every minute)
+OOM_KILL = re.compile(r"killed due to memory pressure|killed due to the node running low on memory")
+#: a step is called stalled after this many times the longest step so far, and never before STALL_MIN_S
+STALL_FACTOR = 3.0
+STALL_MIN_S = 300.0
 
 SHORT_LABELS = (("pass", "ok"), ("correct_abstention", "abst"), ("invalid_tool_call", "inv"),
                 ("argument_mismatch", "arg"), ("state_mismatch", "state"), ("recovery_failure", "recov"),
@@ -120,8 +129,13 @@ def _alive(pid: Optional[int]) -> bool:
 class Watcher:
     """Polls the run folder and the log; prints what is new."""
 
-    def __init__(self, run_dir: str, log: Optional[str], steps: Optional[int], out=sys.stdout, progress: bool = True):
+    def __init__(self, run_dir: str, log: Optional[str], steps: Optional[int], out=sys.stdout, progress: bool = True,
+                 clock=time.monotonic):
         self.run_dir = run_dir
+        self.clock = clock
+        self._last_step_at: Optional[float] = None  # when the last new step line was printed
+        self._longest_step = 0.0
+        self._warned: set[str] = set()
         self.log = log
         self.steps = steps
         self.out = out
@@ -152,6 +166,10 @@ class Watcher:
             chunk = fh.read()
             self._log_pos = fh.tell()
         for line in chunk.splitlines():
+            if OOM_KILL.search(line):
+                self._warn("oom", "Ray killed workers for lack of memory (see main_ppo.log). A run that lost a "
+                                  "rollout worker can wait forever instead of failing: if no step follows, stop it "
+                                  "and start it again with fewer runs side by side or more memory")
             for pattern, phase in PHASES:
                 m = pattern.search(line)
                 if m:
@@ -161,6 +179,26 @@ class Watcher:
         elif self.phase != self._last_said_phase and not self.phase.startswith("rollouts"):
             self._say(f"[{time.strftime('%H:%M:%S')}] {self.phase}")
             self._last_said_phase = self.phase
+
+    def _warn(self, key: str, text: str) -> None:
+        """Say ``text`` once per ``key`` (on the console and, with a bar, above it)."""
+        if key not in self._warned:
+            self._warned.add(key)
+            self._say(f"[{time.strftime('%H:%M:%S')}] warning: {text}")
+
+    def _check_stall(self) -> None:
+        """Warn once per step when no new step came for STALL_FACTOR x the longest step so far (at least
+        STALL_MIN_S). Before the first step nothing is judged: start-up times vary too much."""
+        if self._last_step_at is None or not self._longest_step:
+            return
+        waited = self.clock() - self._last_step_at
+        limit = max(STALL_FACTOR * self._longest_step, STALL_MIN_S)
+        if waited > limit:
+            k = max(self.seen_steps) + 1
+            self._warn(f"stall {k}", f"no step {k} after {waited:.0f} s (the longest step so far took "
+                                     f"{self._longest_step:.0f} s; phase: {self.phase}). If the rollouts stay "
+                                     f"'running' with none finished, a worker may be gone: look for errors in "
+                                     f"main_ppo.log")
 
     def poll(self, final: bool = False) -> None:
         """Print what is new. verl validates after a step's update but logs the step's metrics after the
@@ -185,9 +223,14 @@ class Watcher:
             self.seen_steps.add(k)
             traces = _jsonl(os.path.join(self.run_dir, f"traces_step_{k}.jsonl"))
             self._say(step_line(row, traces, self.steps))
+            if row.get("seconds") is not None:
+                self._longest_step = max(self._longest_step, float(row["seconds"]))
+            self._last_step_at = self.clock()
             if self.bar is not None:
                 self.bar.update(1)
         say_validations(None if final else max(self.seen_steps, default=0))
+        if not final:
+            self._check_stall()
 
     def close(self) -> None:
         if self.bar is not None:

@@ -110,3 +110,66 @@ def test_phases_follow_the_run_and_never_go_back_to_the_server_start(tmp_path):
     phases = [x.split("] ", 1)[1] for x in out.getvalue().splitlines()]
     assert phases == ["Ray started", "starting the vLLM server", "loading the model into vLLM", "workers ready",
                       "weights synced to vLLM", "validation", "weights synced to vLLM"]
+
+
+# Ray's lines when its memory monitor killed workers (from a CPU run that had three trainings side by side)
+OOM_LINES = [
+    "\x1b[33m(raylet)\x1b[0m [2026-12-04 06:02:45,856 E 16804 16804] (raylet) node_manager.cc:3517: 5 Workers (tasks "
+    "/ actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node (ID: f687b2)",
+    "ray.exceptions.OutOfMemoryError: 4 worker(s) were killed due to the node running low on memory. Memory on the "
+    "node (IP: 192.0.2.2) was 22.23GB used / 23.54GB limit (0.944443)",
+]
+
+
+@pytest.mark.parametrize("line", OOM_LINES)
+def test_workers_killed_for_memory_are_said_once(line, tmp_path):
+    """A run whose rollout worker Ray killed waits forever: the console says so, once, not only verl's log."""
+    log = tmp_path / "main_ppo.log"
+    out = io.StringIO()
+    w = Watcher(str(tmp_path), str(log), 4, out=out, progress=False)
+    log.write_text(LOG.splitlines(keepends=True)[0] + line + "\n" + line + "\n", encoding="utf-8")
+    w.poll()
+    w.poll()
+    warnings = [x for x in out.getvalue().splitlines() if "warning:" in x]
+    assert len(warnings) == 1 and "killed workers for lack of memory" in warnings[0]
+
+
+def test_a_step_far_longer_than_the_others_is_said_once_per_step(tmp_path):
+    """No step for 3x the longest step so far (and at least STALL_MIN_S): one warning, naming the step."""
+    from seal_verl import run_watch
+
+    now = [1000.0]
+    out = io.StringIO()
+    w = Watcher(str(tmp_path), None, 4, out=out, progress=False, clock=lambda: now[0])
+    w.poll()
+    now[0] += 10 * run_watch.STALL_MIN_S  # before the first step nothing is judged (start-up varies)
+    w.poll()
+    _write(os.path.join(tmp_path, "metrics.jsonl"), [_metrics(1, seconds=200.0)])
+    w.poll()
+    now[0] += 3 * 200.0 - 1  # inside the limit
+    w.poll()
+    assert "warning" not in out.getvalue()
+    now[0] += 2
+    w.poll()
+    w.poll()
+    warnings = [x for x in out.getvalue().splitlines() if "warning:" in x]
+    assert len(warnings) == 1 and "no step 2 after 601 s" in warnings[0] and "200 s" in warnings[0]
+    # the next step comes: the clock restarts, and a later stall of step 3 is said again
+    _write(os.path.join(tmp_path, "metrics.jsonl"), [_metrics(2, seconds=100.0)])
+    w.poll()
+    now[0] += 601
+    w.poll()
+    assert [x for x in out.getvalue().splitlines() if "warning:" in x][1].split("warning: ")[1].startswith("no step 3")
+
+
+def test_short_steps_are_not_called_stalled_before_the_minimum(tmp_path):
+    from seal_verl import run_watch
+
+    now = [0.0]
+    out = io.StringIO()
+    w = Watcher(str(tmp_path), None, 4, out=out, progress=False, clock=lambda: now[0])
+    _write(os.path.join(tmp_path, "metrics.jsonl"), [_metrics(1, seconds=10.0)])
+    w.poll()
+    now[0] += run_watch.STALL_MIN_S - 1  # 29 x the step, under the minimum
+    w.poll()
+    assert "warning" not in out.getvalue()
