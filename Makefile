@@ -88,7 +88,7 @@ diagnose-demo: venv
 bench: venv
 	$(PY) bench/bench_verifier.py
 
-# Both cached warm starts (the BFCL CPU split's tiny-warm, the ledger's ledger-warm) built ahead of the runs,
+# Both cached warm starts (the BFCL CPU split's tiny-warm, the ledger's ledger-mix) built ahead of the runs,
 # which otherwise build them on first use.
 warm-starts: cpu-env
 	PREPARE_ONLY=1 OUT=runs/cpu/prepare bash recipes/bfcl_v3/cpu/run_cpu.sh
@@ -101,7 +101,7 @@ bench-learning: venv cpu-env
 
 # 2 SEAL steps of the ledger benchmark through main_ppo, and its resume (about 5 min + the ledger warm start).
 # LEDGER_MODEL=<model folder> runs them on that model instead of the ledger warm start (CI: the BFCL warm start,
-# which test-cpu-training has cached): the path is the same, the warm start's 15 minutes are saved.
+# which test-cpu-training has cached): the path is the same, the warm start's 17 minutes are saved.
 test-learning-bench: venv cpu-env
 	SEAL_CPU_TRAINING=1 $(if $(LEDGER_MODEL),SEAL_CPU_MODEL=$(abspath $(LEDGER_MODEL))) $(PY) -m pytest -q tests/test_learning_bench.py
 

@@ -23,6 +23,7 @@ import math
 import os
 import sys
 import time
+from collections import Counter
 from typing import Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -98,8 +99,11 @@ def _mean(rates: dict) -> Optional[float]:
 
 def warm_start(out: str, base: str, epochs: int = DEFAULTS["epochs"], lr: float = DEFAULTS["lr"],
                samples: int = DEFAULTS["samples"], seed: int = DEFAULTS["seed"], target: float = DEFAULTS["target"],
-               force: bool = False) -> dict:
-    """Build (or reuse) the warm-started ledger model in ``out``; returns ``warm_start.json``'s contents."""
+               force: bool = False, more_rows=None, more_params: Optional[dict] = None) -> dict:
+    """Build (or reuse) the warm-started ledger model in ``out``; returns ``warm_start.json``'s contents.
+
+    ``more_rows(base, out)`` -> rows trained beside the ground truth (the mixed stage's labelled failures, each
+    with a ``failure`` key); ``more_params``: the settings that made them. Both are part of the cache key."""
     from seal_verl import dry_run as dr
 
     env = dr.environment(ENV)
@@ -107,15 +111,20 @@ def warm_start(out: str, base: str, epochs: int = DEFAULTS["epochs"], lr: float 
     t0 = time.time()
     os.makedirs(out, exist_ok=True)
     rows = render_rows(base, train_ids, out)
+    # ground truth first: fine_tune's stopping rule probes each task's first row (its ground truth, no cue)
+    rows += more_rows(base, out) if more_rows else []
     params = {"epochs": int(epochs), "lr": float(lr), "samples": int(samples), "seed": int(seed),
-              "target": float(target), "temperature": TEMPERATURE, "code": base_ws._file_digest(__file__)}
+              "target": float(target), "temperature": TEMPERATURE, "code": base_ws._file_digest(__file__),
+              **(more_params or {})}
     fp = base_ws.fingerprint(base, rows, params)
     info = base_ws.read_info(out)
     if not force and info and info.get("fingerprint") == fp and os.path.isfile(os.path.join(out, "config.json")):
         print(f"[warm-start] cached: {out} (fingerprint {fp[:12]}); sampled pass rate on the training tasks "
               f"{info.get('mean_pass_rate')}, greedy held-out accuracy {info.get('heldout_greedy')}", flush=True)
         return dict(info, out=os.path.abspath(out))
-    print(f"[warm-start] {len(rows)} ground-truth rows ({len(train_ids)} tasks x no cue / every cue on): "
+    failing = Counter(r["failure"] for r in rows if r.get("failure"))
+    kinds = f"; failing: {', '.join(f'{k} {n}' for k, n in failing.items())}" if failing else ""
+    print(f"[warm-start] {len(rows)} rows ({len(train_ids)} tasks x no cue / every cue on{kinds}): "
           f"{sum(r['trained_tokens'] for r in rows)} trained tokens, "
           f"{min(len(r['input_ids']) for r in rows)}-{max(len(r['input_ids']) for r in rows)} tokens per row", flush=True)
     t1 = time.time()
@@ -130,8 +139,8 @@ def warm_start(out: str, base: str, epochs: int = DEFAULTS["epochs"], lr: float 
     info = {
         "fingerprint": fp, "out": os.path.abspath(out), "base": os.path.abspath(base), "env": ENV,
         "tasks": train_ids, "params": params, "epochs_run": log[-1]["epoch"], "log": log,
-        "rows": [{k: r[k] for k in ("task_id", "interface", "prompt_tokens", "response_tokens", "trained_tokens")}
-                 for r in rows],
+        "rows": [{k: r.get(k) for k in ("task_id", "interface", "failure", "prompt_tokens", "response_tokens",
+                                        "trained_tokens")} for r in rows],
         "pass_rates": rates, "mean_pass_rate": _mean(rates),
         "heldout": held, "heldout_greedy": _mean(held),
         "seconds": {"render": round(t1 - t0, 1), "fine_tune": round(t2 - t1, 1), "pass_rate": round(t3 - t2, 1)},

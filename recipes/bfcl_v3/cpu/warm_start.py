@@ -111,11 +111,12 @@ def cue_state(active: tuple):
         rho=dict(base.rho), base_rho=dict(base.base_rho))
 
 
-def render_under_cue_states(setup, task_ids: list[str],
-                            subsets: list[tuple[str, ...]]) -> tuple[list[dict], list[str]]:
-    """Run the scripted ground truth through the real agent loop once per cue subset and keep the rows of the
-    rollouts that pass, in task order, then by cue state. ``setup()`` -> ``(worker, batch, scripted_llm)``.
-    Returns ``(rows, failures)``."""
+def render_under_cue_states(setup, task_ids: list[str], subsets: list[tuple[str, ...]],
+                            expected: Optional[dict] = None) -> tuple[list[dict], list[str]]:
+    """Run the scripted trajectories through the real agent loop once per cue subset and keep the rows of the
+    rollouts that pass (or, with ``expected`` = ``{task_id: labels}``, that carry exactly those turn labels: a
+    scripted failure), in task order, then by cue state. ``setup()`` -> ``(worker, batch, scripted_llm)``.
+    Returns ``(rows, rejected)``."""
     from seal_verl.verl_glue.agent_loop import set_state_source
 
     async def go():
@@ -132,7 +133,7 @@ def render_under_cue_states(setup, task_ids: list[str],
 
     rows, failed = [], []
     for subset, gen in _run_loop(go):
-        rows.extend(_rows_of(gen, subset, failed))
+        rows.extend(_rows_of(gen, subset, failed, expected))
     rows.sort(key=lambda r: (task_ids.index(r["task_id"]), len(r["interface"]), r["interface"]))
     return rows, failed
 
@@ -160,13 +161,13 @@ def _render_rows(model: str, task_ids: list[str], out: str, subsets: list[tuple[
     return rows
 
 
-def _rows_of(gen, subset: tuple, failed: list) -> list[dict]:
+def _rows_of(gen, subset: tuple, failed: list, expected: Optional[dict] = None) -> list[dict]:
     rows = []
     n = gen.batch["prompts"].shape[1]
     for i in range(len(gen)):
         trace = json.loads(gen.non_tensor_batch["seal_trace"][i])
-        score = float(gen.non_tensor_batch["score"][i])
-        if score != 1.0:
+        if (float(gen.non_tensor_batch["score"][i]) != 1.0 if expected is None else
+                json.loads(str(gen.non_tensor_batch["seal_labels"][i])) != expected[trace["task_id"]]):
             failed.append(f"{trace['task_id']} (labels {gen.non_tensor_batch['seal_labels'][i]}, cues {subset})")
             continue
         att = gen.batch["attention_mask"][i].bool()
