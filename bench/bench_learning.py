@@ -291,44 +291,65 @@ def tables(curves: dict, summary: dict, window: int) -> str:
     return "\n".join(lines)
 
 
+def _mean_per_step(by_seed: dict, value) -> tuple[list, list]:
+    """Steps and the mean over seeds of ``value(step_row)`` (rows where it is None are left out)."""
+    per_step = defaultdict(list)
+    for cur in by_seed.values():
+        for x in cur["steps"]:
+            y = value(x)
+            if y is not None:
+                per_step[x["step"]].append(y)
+    ks = sorted(per_step)
+    return ks, [statistics.fmean(per_step[k]) for k in ks]
+
+
 def plot(curves: dict, path: str) -> None:
+    """Four panels: training reward (seeds and mean), held-out greedy score without cues (seeds and mean), the
+    turns that miss or break a call against those with the right tool and a wrong argument, and how many cue
+    kinds were on (means over the seeds)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     colors = {"grpo": "tab:orange", "seal": "tab:blue", "no_env_side": "tab:green", "no_reweighting": "tab:red"}
-    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
+    fig, axes = plt.subplots(2, 2, figsize=(14, 9))
+    reward_ax, held_ax, label_ax, cue_ax = axes.flat
     for v, by_seed in curves.items():
         c = colors.get(v)
-        per_step = defaultdict(list)
-        for seed, cur in sorted(by_seed.items()):
+        for cur in by_seed.values():
             pts = [(x["step"], x["reward"]) for x in cur["steps"] if x["reward"] is not None]
-            for k, r in pts:
-                per_step[k].append(r)
-            axes[0].plot([a for a, _ in pts], [b for _, b in pts], color=c, alpha=0.3, lw=1)
-            ho = sorted((cur.get("heldout_pass") or cur["heldout"]).items())
-            if ho:
-                axes[1].plot([a for a, _ in ho], [b for _, b in ho], marker="o", color=c, alpha=0.6,
-                             label=f"{v} s{seed}")
-        ks = sorted(per_step)
-        if ks:
-            axes[0].plot(ks, [statistics.fmean(per_step[k]) for k in ks], color=c, lw=2.5,
-                         label=f"{v} (mean of {max(len(x) for x in per_step.values())} seeds)")
-            fails = defaultdict(list)
-            for seed, cur in by_seed.items():
-                for x in cur["steps"]:
-                    fails[x["step"]].append(1 - x["labels"].get("pass", 1.0) if x["labels"] else 0)
-            axes[2].plot(sorted(fails), [statistics.fmean(fails[k]) for k in sorted(fails)], color=c, label=v)
-    titles = ("training reward per step (thin: seeds, thick: mean)", "held-out greedy: share of turns labelled pass, no cue",
-              "share of turns with a failure label")
-    for ax in axes:
-        ax.set_ylim(-0.02, 1.02)
-    for ax, t in zip(axes, titles):
-        ax.set_title(t, fontsize=10)
+            reward_ax.plot([a for a, _ in pts], [b for _, b in pts], color=c, alpha=0.25, lw=1)
+            ho = sorted(cur["heldout"].items())
+            held_ax.plot([a for a, _ in ho], [b for _, b in ho], color=c, alpha=0.25, lw=1, marker=".")
+        ks, ys = _mean_per_step(by_seed, lambda x: x["reward"])
+        reward_ax.plot(ks, ys, color=c, lw=2.5, label=f"{v} ({len(by_seed)} seeds)")
+        held = defaultdict(list)
+        for cur in by_seed.values():
+            for k, y in cur["heldout"].items():
+                held[k].append(y)
+        held_ax.plot(sorted(held), [statistics.fmean(held[k]) for k in sorted(held)], color=c, lw=2.5, marker="o",
+                     label=v)
+        ks, ys = _mean_per_step(by_seed, lambda x: (x["labels"].get("missing_tool_call", 0.0)
+                                                    + x["labels"].get("invalid_tool_call", 0.0)) if x["labels"] else None)
+        label_ax.plot(ks, ys, color=c, lw=2, label=f"{v}: missing or malformed call")
+        ks, ys = _mean_per_step(by_seed, lambda x: x["labels"].get("argument_mismatch", 0.0) if x["labels"] else None)
+        label_ax.plot(ks, ys, color=c, lw=2, ls="--", label=f"{v}: right tool, wrong argument")
+        ks, ys = _mean_per_step(by_seed, lambda x: float(len(x["cues"])))
+        cue_ax.plot(ks, ys, color=c, lw=2, label=v)
+    for ax, title, ylabel in (
+            (reward_ax, "training reward per step (thin: seeds, thick: mean)", "mean reward"),
+            (held_ax, "held-out greedy score, no cue (thin: seeds, thick: mean)", "score"),
+            (label_ax, "training turns by label (mean over seeds)", "share of turns"),
+            (cue_ax, "cue kinds on during the step (mean over seeds)", "cue kinds")):
+        ax.set_title(title, fontsize=10)
         ax.set_xlabel("training step")
+        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
+    for ax in (reward_ax, held_ax, label_ax):
+        ax.set_ylim(-0.02, 1.02)
+    cue_ax.set_ylim(-0.1, 5.1)
     fig.suptitle("ledger benchmark on CPU: warm-started tiny Qwen2, verl main_ppo, GRPO vs SEAL and ablations")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -196,3 +196,34 @@ def test_a_finished_run_from_another_warm_start_is_run_again(tmp_path, monkeypat
     os.makedirs(os.path.join(out, "prepare"), exist_ok=True)
     os.replace(os.path.join(prepared, "prepare.json"), os.path.join(out, "prepare", "prepare.json"))
     assert bl.run_all(out, ["grpo"], [1], 4, False, [], jobs=1) == [] and len(runs) == 2  # reused
+
+
+def test_the_figure_plots_reward_held_out_score_labels_and_cues(tmp_path, monkeypatch):
+    """The four panels get the means over the seeds: held-out score (not only the pass share), the label mix
+    and the number of cue kinds on, per variant."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.axes
+
+    for seed in (1, 2):
+        fake_run(tmp_path / f"grpo_s{seed}", [0.2] * 5 + [0.5] * 5, heldout=(0.2, 0.6))
+        fake_run(tmp_path / f"seal_s{seed}", [0.2] * 5 + [0.3] * 5, heldout=(0.2, 0.4))
+    curves = {v: {s: bl.curve(str(tmp_path / f"{v}_s{s}")) for s in (1, 2)} for v in ("grpo", "seal")}
+    drawn = []
+    real_plot = matplotlib.axes.Axes.plot
+
+    def record(ax, x, y, *a, **k):
+        drawn.append((ax, k.get("label"), list(x), list(y)))  # titles are set after the lines
+        return real_plot(ax, x, y, *a, **k)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", record)
+    path = tmp_path / "learning.png"
+    bl.plot(curves, str(path))
+    assert path.stat().st_size > 10_000
+    panel = {(ax.get_title().split(",")[0].split(" (")[0], label): (xs, ys) for ax, label, xs, ys in drawn if label}
+    held = panel[("held-out greedy score", "grpo")]
+    assert held[0] == [0, 10] and held[1] == pytest.approx([0.2, 0.6])  # the score, mean of the seeds
+    assert panel[("training turns by label", "seal: right tool, wrong argument")][1] == pytest.approx([0.5] * 10)
+    assert panel[("training turns by label", "seal: missing or malformed call")][1] == pytest.approx([0.0] * 10)
+    # schema_constraints from step 3 on
+    assert panel[("cue kinds on during the step", "seal")][1] == pytest.approx([0.0, 0.0] + [1.0] * 8)
+    assert panel[("training reward per step", "grpo (2 seeds)")][1] == pytest.approx([0.2] * 5 + [0.5] * 5)
