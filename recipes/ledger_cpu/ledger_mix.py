@@ -19,7 +19,6 @@ Cached like the other stages (fingerprint of the rows, the base model, the setti
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from typing import Optional
@@ -55,19 +54,8 @@ def failure_plans(task_ids: list[str], kinds: tuple = MIX_KINDS) -> dict:
 def render_failure_rows(model: str, plans: dict, out: str) -> tuple[list[dict], list[str]]:
     """The failing plans played through verl's real agent loop under no cue and under every cue kind on.
     Returns ``(rows, dropped)``: a row is kept only when the loop's labels are the plan's."""
-    from seal_verl import dry_run as dr
-    from seal_verl.interface import CUE_KINDS
-
-    task_ids = list(plans)
-    env = dr.environment(lws.ENV)
-    tasks = {t: env.load_task(t) for t in task_ids}
-
-    def factory(tok):
-        return dr.ScriptedLLM(tok, tasks, default=lambda t: plans[t.id], env=lws.ENV)
-
-    rows, dropped = base_ws.render_under_cue_states(
-        lambda: lws._setup(model, task_ids, factory, 1, out, lws.TRAIN_LOOP), task_ids, [(), tuple(CUE_KINDS)],
-        expected={t: p.labels for t, p in plans.items()})
+    rows, dropped = lws.render_scripted(model, list(plans), out, lambda task: plans[task.id],
+                                        expected={t: p.labels for t, p in plans.items()})
     return [dict(r, failure=plans[r["task_id"]].target) for r in rows], dropped
 
 
@@ -91,24 +79,8 @@ def mixed_stage(out: str, base: str, epochs: int = DEFAULTS["epochs"], lr: float
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("out")
-    p.add_argument("--base", required=True, help="the four-stage ledger warm start to start from")
-    p.add_argument("--epochs", type=int, default=DEFAULTS["epochs"])
-    p.add_argument("--lr", type=float, default=DEFAULTS["lr"])
-    p.add_argument("--samples", type=int, default=DEFAULTS["samples"])
-    p.add_argument("--seed", type=int, default=DEFAULTS["seed"])
-    p.add_argument("--force", action="store_true")
-    args = p.parse_args(argv)
-    from seal_verl.dry_run import quiet_libraries
-
-    quiet_libraries()
-    try:
-        mixed_stage(args.out, args.base, args.epochs, args.lr, args.samples, args.seed, args.force)
-    except (base_ws.WarmStartError, ValueError, FileNotFoundError) as e:
-        print(f"warm-start: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return lws.cli(argv, __doc__, lambda a: mixed_stage(a.out, a.base, a.epochs, a.lr, a.samples, a.seed, a.force),
+                   DEFAULTS, "the four-stage ledger warm start to start from", target=False)
 
 
 if __name__ == "__main__":

@@ -61,20 +61,30 @@ def _setup(model: str, task_ids: list[str], llm_factory, rollouts: int, out: str
     return worker, batch, llm
 
 
-def render_rows(model: str, task_ids: list[str], out: str) -> list[dict]:
-    """Ground-truth rows of every task under no cue and under every cue kind on (proactive cues)."""
+def render_scripted(model: str, task_ids: list[str], out: str, plan, expected: Optional[dict] = None
+                    ) -> tuple[list[dict], list[str]]:
+    """Rows of the scripted rollouts ``plan(task)`` -> Plan of every task, played through the training loop under
+    no cue and under every cue kind on (proactive cues); kept when the rollout passes or, with ``expected``
+    (``{task_id: labels}``), when it carries exactly those labels. Returns ``(rows, rejected)``."""
     from seal_verl import dry_run as dr
     from seal_verl.interface import CUE_KINDS
 
     env = dr.environment(ENV)
     tasks = {t: env.load_task(t) for t in task_ids}
-    book = dr.PlanBook("json", 0, env=ENV)
 
     def factory(tok):
-        return dr.ScriptedLLM(tok, tasks, default=lambda t: book.get(t, "pass"), env=ENV)
+        return dr.ScriptedLLM(tok, tasks, default=plan, env=ENV)
 
-    rows, failed = base_ws.render_under_cue_states(
-        lambda: _setup(model, task_ids, factory, 1, out, TRAIN_LOOP), task_ids, [(), tuple(CUE_KINDS)])
+    return base_ws.render_under_cue_states(lambda: _setup(model, task_ids, factory, 1, out, TRAIN_LOOP), task_ids,
+                                           [(), tuple(CUE_KINDS)], expected)
+
+
+def render_rows(model: str, task_ids: list[str], out: str) -> list[dict]:
+    """Ground-truth rows of every task under no cue and under every cue kind on (proactive cues)."""
+    from seal_verl import dry_run as dr
+
+    book = dr.PlanBook("json", 0, env=ENV)
+    rows, failed = render_scripted(model, task_ids, out, lambda task: book.get(task, "pass"))
     if failed:
         raise base_ws.WarmStartError(f"ground-truth ledger rollouts that do not pass: {'; '.join(failed[:4])}")
     return rows
@@ -154,27 +164,35 @@ def warm_start(out: str, base: str, epochs: int = DEFAULTS["epochs"], lr: float 
     return info
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cli(argv: Optional[list[str]], doc: str, build, defaults: dict, base_help: str, target: bool = True) -> int:
+    """The command line of a warm-start stage: ``OUT --base MODEL`` and its fine-tuning options (``--target``
+    only where the stage has a stopping target); ``build(args)`` builds the stage. Exits 2 with one line on error."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("out")
-    p.add_argument("--base", required=True, help="the tiny random model to start from")
-    p.add_argument("--epochs", type=int, default=DEFAULTS["epochs"])
-    p.add_argument("--lr", type=float, default=DEFAULTS["lr"])
-    p.add_argument("--target", type=float, default=DEFAULTS["target"],
-                   help="stop once the mean exp(-NLL) of the ground-truth rows reaches this (default: %(default)s)")
-    p.add_argument("--samples", type=int, default=DEFAULTS["samples"])
-    p.add_argument("--seed", type=int, default=DEFAULTS["seed"])
+    p.add_argument("--base", required=True, help=base_help)
+    p.add_argument("--epochs", type=int, default=defaults["epochs"])
+    p.add_argument("--lr", type=float, default=defaults["lr"])
+    if target:
+        p.add_argument("--target", type=float, default=defaults["target"],
+                       help="stop once the mean exp(-NLL) of the ground-truth rows reaches this (default: %(default)s)")
+    p.add_argument("--samples", type=int, default=defaults["samples"])
+    p.add_argument("--seed", type=int, default=defaults["seed"])
     p.add_argument("--force", action="store_true")
     args = p.parse_args(argv)
     from seal_verl.dry_run import quiet_libraries
 
     quiet_libraries()
     try:
-        warm_start(args.out, args.base, args.epochs, args.lr, args.samples, args.seed, args.target, args.force)
+        build(args)
     except (base_ws.WarmStartError, ValueError, FileNotFoundError) as e:
         print(f"warm-start: error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    return cli(argv, __doc__, lambda a: warm_start(a.out, a.base, a.epochs, a.lr, a.samples, a.seed, a.target, a.force),
+               DEFAULTS, "the tiny random model to start from")
 
 
 if __name__ == "__main__":
