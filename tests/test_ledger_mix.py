@@ -61,3 +61,13 @@ def test_failing_rows_come_from_the_agent_loop_with_the_planned_labels(train_ids
         assert all(x == -100 for x in r["labels"][: r["prompt_tokens"]])
     # proactive cues sit in the first prompt under the cued state
     assert rows[1]["prompt_tokens"] > rows[0]["prompt_tokens"]
+
+
+@pytest.mark.parametrize("script", ["recipes/ledger_cpu/ledger_mix.py", "recipes/ledger_cpu/ledger_warm_start.py"])
+def test_a_base_that_is_not_a_model_folder_is_one_line_not_a_traceback(script, tmp_path, capsys):
+    stage = load_script(script, "stage_cli_under_test")
+    with pytest.raises(SystemExit) as e:
+        stage.main([str(tmp_path / "out"), "--base", str(tmp_path / "missing")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "not a model folder (no config.json)" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()

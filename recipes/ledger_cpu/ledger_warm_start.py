@@ -179,6 +179,8 @@ def cli(argv: Optional[list[str]], doc: str, build, defaults: dict, base_help: s
     p.add_argument("--seed", type=int, default=defaults["seed"])
     p.add_argument("--force", action="store_true")
     args = p.parse_args(argv)
+    if not os.path.isfile(os.path.join(args.base, "config.json")):
+        p.error(f"--base {args.base}: not a model folder (no config.json)")
     from seal_verl.dry_run import quiet_libraries
 
     quiet_libraries()
