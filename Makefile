@@ -1,17 +1,21 @@
 # seal-verl: set-up and the main commands (see README.md).
-#   make test          lean CPU environment (.venv) + the test suite
-#   make run           real SEAL training on CPU through verl's launcher: a warm-started tiny model learns
-#                      (builds .venv-cpu-train first); VARIANT=grpo|no_env_side|... STEPS=N SEED=N OUT=DIR FORCE=1
+#   make test          lean CPU environment (.venv) + ruff + the test suite
+#   make test-under-load  the time-limit tests again with every core busy
+#   make run           real SEAL training on CPU through verl's launcher, on the ledger environment: the shipped
+#                      warm-started tiny model, the recipe's cues, the cue effect measured, the held-out score
+#                      without cues before and after (builds .venv-cpu-train first); VARIANT=... STEPS=N SEED=N OUT=DIR
 #   make run-grpo      the same run with SEAL switched off (vanilla GRPO), for a step-by-step comparison
+#   make run-bfcl      the BFCL V3 recipe on CPU (four BFCL training tasks; STEPS=N, FORCE=1, docs/cpu_run.md)
 #   make test-cpu-training  real main_ppo runs on CPU (seal, grpo, resumed) + their checks
 #   make test-cpu-two-nodes only the first of those runs: one real SEAL step on a two-node Ray cluster started on
 #                      this machine (~5 min once the warm start is cached)
 #   make dry-run       the closed loop with a scripted policy (no vLLM, no optimizer step)
 #   make diagnose-demo label a demo `bfcl generate` result file and plot it
 #   make bench         the overhead benchmarks;  make bench-learning  GRPO vs SEAL and ablations on the ledger
-#                      environment, 3 seeds (LEARN_STEPS=N, LEARN_JOBS=N);  make test-learning-bench  2 steps of it
-#                      (LEDGER_MODEL=DIR: on that model, no ledger warm start)
-#   make warm-starts   build the two cached warm-started models ahead (the runs build them when absent)
+#                      environment (LEARN_STEPS=N, LEARN_JOBS=N);  make test-learning-bench  2 steps of it
+#                      (LEDGER_MODEL=DIR: on that model instead of the shipped ledger warm start)
+#   make warm-starts   rebuild both warm-started models on this machine (the runs use the shipped ones unless
+#                      REBUILD=1);  make ship-warm-starts  rebuild them and replace the shipped copies
 #   make clean         remove the virtual environments (runs/ stays: `make clean-runs` removes results)
 PYTHON ?= python3.11
 VENV   ?= .venv
@@ -25,7 +29,9 @@ BFCL_EVAL_VERSION = 2026.3.23
 TORCH_SPEC ?= torch==2.13.0+cpu
 TORCH_PIP_ARGS ?=
 VARIANT ?= seal
-STEPS  ?= 4
+# make run's training steps (STEPS=N overrides it, also for make run-bfcl, whose own default is 4) and seed
+RUN_STEPS ?= 20
+SEED ?= 1
 LEARN_STEPS ?= 20
 # runs of make bench-learning side by side (2 on 2 cores: each step about 1.4x slower, the set about 1.4x sooner)
 LEARN_JOBS ?= 2
@@ -34,7 +40,7 @@ LEARN_JOBS ?= 2
 # TEST_WORKERS=0 runs the suite in this process.
 TEST_WORKERS ?= 2
 
-.PHONY: venv test warm-starts test-cpu-training test-learning-bench test-cpu-two-nodes run run-grpo cpu-env dry-run diagnose-demo bench bench-learning clean clean-runs
+.PHONY: venv test test-under-load warm-starts ship-warm-starts test-cpu-training test-learning-bench test-cpu-two-nodes run run-grpo run-bfcl cpu-env dry-run diagnose-demo bench bench-learning clean clean-runs
 
 $(VENV)/.installed: setup.py recipes/bfcl_v3/cpu/platform/setup.py Makefile requirements-backbones.txt requirements-backbone-checks.txt
 	$(PYTHON) -m venv $(VENV)
@@ -56,7 +62,14 @@ $(VENV)/.installed: setup.py recipes/bfcl_v3/cpu/platform/setup.py Makefile requ
 venv: $(VENV)/.installed
 
 test: venv
+	$(VENV)/bin/ruff check .
 	SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q -n $(TEST_WORKERS) tests
+
+# The tests whose paths depend on time limits (a call over its limit, a judgement restarted, a worker replaced), again
+# with a busy process on every core, so that the paths a slow machine takes are taken here too.
+UNDER_LOAD_TESTS = tests/test_judge_faults.py tests/test_isolation.py tests/test_verify_isolated.py tests/test_eval_client.py
+test-under-load: venv
+	$(PY) tests/_under_load.py $(UNDER_LOAD_TESTS) -- -q
 
 test-cpu-training: venv cpu-env
 	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q tests/test_cpu_training.py
@@ -71,11 +84,20 @@ cpu-env: .venv-cpu-train/bin/python
 .venv-cpu-train/bin/python:
 	bash recipes/bfcl_v3/cpu/setup_cpu_train_env.sh
 
-run:
-	VARIANT=$(VARIANT) STEPS=$(STEPS) OUT=$(or $(OUT),runs/cpu/$(VARIANT)) bash recipes/bfcl_v3/cpu/run_cpu.sh
+# make run: SEAL on the ledger environment (64 training tasks, 32 held out), from the shipped warm start, with the
+# recipe's cues; the held-out score without cues before the first step and after the last
+run: cpu-env
+	VARIANT=$(VARIANT) STEPS=$(or $(STEPS),$(RUN_STEPS)) SEED=$(SEED) \
+	  OUT=$(or $(OUT),runs/ledger/$(VARIANT)_s$(SEED)) bash recipes/ledger_cpu/run_ledger.sh
 
-run-grpo:
-	VARIANT=grpo STEPS=$(STEPS) OUT=$(or $(OUT),runs/cpu/grpo) bash recipes/bfcl_v3/cpu/run_cpu.sh
+run-grpo: cpu-env
+	VARIANT=grpo STEPS=$(or $(STEPS),$(RUN_STEPS)) SEED=$(SEED) \
+	  OUT=$(or $(OUT),runs/ledger/grpo_s$(SEED)) bash recipes/ledger_cpu/run_ledger.sh
+
+# the BFCL V3 recipe on CPU: four memorised training tasks of the real benchmark (docs/cpu_run.md)
+run-bfcl:
+	VARIANT=$(VARIANT) STEPS=$(or $(STEPS),4) $(if $(filter command line,$(origin SEED)),SEED=$(SEED)) \
+	  OUT=$(or $(OUT),runs/cpu/$(VARIANT)) bash recipes/bfcl_v3/cpu/run_cpu.sh
 
 dry-run: venv
 	$(VENV)/bin/seal-verl dry-run --out runs/dry
@@ -88,20 +110,27 @@ diagnose-demo: venv
 bench: venv
 	$(PY) bench/bench_verifier.py
 
-# Both cached warm starts (the BFCL CPU split's tiny-warm, the ledger's ledger-mix) built ahead of the runs,
-# which otherwise build them on first use.
+# Both warm starts (the BFCL CPU split's tiny-warm, the ledger's ledger-mix) built from scratch on this machine,
+# into the model cache (runs/cpu/models). The runs use the shipped copies (recipes/*/model) unless REBUILD=1.
 warm-starts: cpu-env
-	PREPARE_ONLY=1 OUT=runs/cpu/prepare bash recipes/bfcl_v3/cpu/run_cpu.sh
-	PREPARE_ONLY=1 OUT=runs/ledger/prepare bash recipes/ledger_cpu/run_ledger.sh
+	REBUILD=1 PREPARE_ONLY=1 OUT=runs/cpu/prepare bash recipes/bfcl_v3/cpu/run_cpu.sh
+	REBUILD=1 PREPARE_ONLY=1 OUT=runs/ledger/prepare bash recipes/ledger_cpu/run_ledger.sh
+
+# Rebuild both warm starts and ship them: copy each into its recipe's model/ folder with build.json (the SHA-256 of
+# every file, this command, the git commit and library versions that built it). Commit the two folders after.
+ship-warm-starts: warm-starts
+	.venv-cpu-train/bin/python -m seal_verl.shipped_models ship runs/cpu/models/tiny-warm recipes/bfcl_v3/cpu/model \
+	  --command "make ship-warm-starts"
+	.venv-cpu-train/bin/python -m seal_verl.shipped_models ship runs/cpu/models/ledger-mix recipes/ledger_cpu/model \
+	  --command "make ship-warm-starts"
 
 # the ledger learning benchmark: GRPO, SEAL, no_env_side, no_reweighting x 3 seeds (resumes finished runs)
 bench-learning: venv cpu-env
 	.venv-cpu-train/bin/python bench/bench_learning.py --steps $(LEARN_STEPS) --jobs $(LEARN_JOBS) --no-plot
 	$(PY) bench/bench_learning.py --steps $(LEARN_STEPS) --plot-only
 
-# 2 SEAL steps of the ledger benchmark through main_ppo, and its resume (about 5 min + the ledger warm start).
-# LEDGER_MODEL=<model folder> runs them on that model instead of the ledger warm start (CI: the BFCL warm start,
-# which test-cpu-training has cached): the path is the same, the warm start's 17 minutes are saved.
+# 2 SEAL steps of the ledger benchmark through main_ppo, and its resume (about 5 min), from the shipped ledger warm
+# start; LEDGER_MODEL=<model folder> runs them on that model instead.
 test-learning-bench: venv cpu-env
 	SEAL_CPU_TRAINING=1 $(if $(LEDGER_MODEL),SEAL_CPU_MODEL=$(abspath $(LEDGER_MODEL))) $(PY) -m pytest -q tests/test_learning_bench.py
 

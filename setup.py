@@ -27,7 +27,7 @@ setup(
     ],
     extras_require={
         # bfcl-eval itself is installed separately with --no-deps (see the Makefile).
-        "test": ["pytest>=8", "pytest-timeout", "pytest-xdist"],
+        "test": ["pytest>=8", "pytest-timeout", "pytest-xdist", "ruff==0.17.6"],
         "train": [
             "verl==0.9.1",
             "cachetools",

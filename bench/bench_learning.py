@@ -8,7 +8,7 @@
 Each run is ``recipes/ledger_cpu/run_ledger.sh`` (verl's ``main_ppo`` with the recipe's variant groups, the CPU
 overlay and the ledger overlay) from the same warm-started tiny model, with the seed setting the data order and
 the rollout sampling. Runs go in order of priority (every variant on the first seed, then the next seed), and a
-finished run in ``--out`` (its ``timing.json`` says exit 0 and the same step count, and its ``bench_settings.json``
+finished run in ``--out`` (its timing record says exit 0 and the same step count, and its ``bench_settings.json``
 the same config files and overrides) is reused, so an interrupted benchmark resumes where it stopped. From the run
 folders it writes into ``--out``:
 
@@ -33,6 +33,8 @@ import time
 from collections import defaultdict
 from typing import Optional
 
+from seal_verl import run_folder as RF
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(REPO, "recipes", "ledger_cpu", "run_ledger.sh")
 VARIANTS = ("grpo", "seal", "no_env_side", "no_reweighting")
@@ -42,18 +44,12 @@ FAILURES = ("invalid_tool_call", "argument_mismatch", "state_mismatch", "recover
 RISE_GOAL = 0.15
 
 
-def _jsonl(path: str) -> list[dict]:
-    if not os.path.exists(path):
-        return []
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    break  # a line still being written
-    return out
+def _rows(rows_and_damage: tuple[list, list]) -> list[dict]:
+    """Rows read through ``run_folder``; a damaged line is named on stderr and left out of the summary."""
+    rows, damage = rows_and_damage
+    for d in damage:
+        print(f"[bench-learning] warning: skipped {d}", file=sys.stderr)
+    return rows
 
 
 def run_dir(out: str, variant: str, seed: int) -> str:
@@ -86,11 +82,11 @@ def settings(extra: list[str], root: str = REPO, model: Optional[str] = None) ->
 
 
 def model_identity(prepared: str) -> Optional[str]:
-    """The model a prepared run folder (``prepare.json``) starts from: the fingerprint in its ``warm_start.json``
+    """The model a prepared run folder (its prepare record) starts from: the fingerprint in its ``warm_start.json``
     (every warm start records one over its inputs), else a digest of the folder's files (a model passed as it
     is). None when the folder was not prepared."""
     try:
-        with open(os.path.join(prepared, "prepare.json")) as f:
+        with open(os.path.join(prepared, RF.PREPARE)) as f:
             model = json.load(f)["model"]
     except (OSError, ValueError, KeyError):
         return None
@@ -111,10 +107,8 @@ def model_identity(prepared: str) -> Optional[str]:
 def finished(path: str, steps: int, fingerprint: Optional[str] = None) -> bool:
     """True for a run that exited 0 after ``steps`` steps and, with ``fingerprint``, was made under those
     settings (a run without the record, from before it existed, is not reused)."""
-    try:
-        with open(os.path.join(path, "timing.json")) as f:
-            t = json.load(f)
-    except (OSError, ValueError):
+    t, _ = RF.read_object(os.path.join(path, RF.TIMING))
+    if t is None:
         return False
     if t.get("exit_code") != 0 or t.get("steps") != steps:
         return False
@@ -184,9 +178,9 @@ def run_all(out: str, variants: list[str], seeds: list[int], steps: int, force: 
 def curve(path: str) -> dict:
     """One run folder -> per-step rows and the held-out accuracy at each validation."""
     steps = []
-    for row in _jsonl(os.path.join(path, "metrics.jsonl")):
+    for row in _rows(RF.read_steps(path)):
         k = int(row["global_step"])
-        traces = _jsonl(os.path.join(path, f"traces_step_{k}.jsonl"))
+        traces = _rows(RF.read_traces(path, k))
         rewards = [float(t["reward"]) for t in traces if t.get("reward") is not None]
         labels = [z for t in traces for z in (t.get("labels") or [])]
         mix = {z: labels.count(z) / len(labels) for z in ("pass",) + FAILURES} if labels else {}
@@ -199,7 +193,7 @@ def curve(path: str) -> dict:
     val: dict[int, list[float]] = defaultdict(list)
     acc: dict[int, list[float]] = defaultdict(list)
     turns: dict[int, list[float]] = defaultdict(list)
-    for r in _jsonl(os.path.join(path, "val_traces.jsonl")):
+    for r in _rows(RF.read_validation(path)):
         k = int(r["global_step"])
         val[k].append(float(r.get("score") or 0.0))
         acc[k].append(float(r.get("acc") or 0.0))

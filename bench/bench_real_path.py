@@ -2,8 +2,9 @@
 
 Both variants run ``python -m verl.trainer.main_ppo`` with the BFCL V3 recipe + the CPU overlay, on the same tasks
 in the same order (same data file, seed and batch size), the same tiny model and the same budgets; the grpo
-variant is the same SEAL trainer with every switch off. Per training step the run folders' ``metrics.jsonl`` give
-verl's timers and the agent loop's per-rollout timers, and ``traces_step_k.jsonl`` the cue token counts:
+variant is the same SEAL trainer with every switch off. Per training step the run folders' step rows give verl's
+timers and the agent loop's per-rollout timers, and the rollout rows the cue token counts (both read through
+``seal_verl.run_folder``):
 
 ==================  ==========================================================================================
 component           source (per step)
@@ -41,6 +42,8 @@ import subprocess
 import sys
 import time
 
+from seal_verl import run_folder as RF
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_CPU = os.path.join(ROOT, "recipes", "bfcl_v3", "cpu", "run_cpu.sh")
 
@@ -67,19 +70,18 @@ def run_variant(variant: str, out: str, steps: int, model: str | None, extra: li
     with open(out + ".out", "w") as log:
         rc = subprocess.call(["bash", RUN_CPU, *extra], env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     if rc != 0:
-        raise SystemExit(f"{variant} run failed (exit {rc}); see {out}.out and {out}/main_ppo.log")
+        raise SystemExit(f"{variant} run failed (exit {rc}); see {out}.out and {os.path.join(out, RF.LOG)}")
     return time.time() - t0
 
 
 def load(run_dir: str) -> tuple[list[dict], dict[int, list[dict]]]:
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    traces = {}
-    for r in rows:
-        p = os.path.join(run_dir, f"traces_step_{r['step']}.jsonl")
-        with open(p) as f:
-            traces[int(r["step"])] = [json.loads(line) for line in f if line.strip()]
-    return rows, traces
+    """The step rows of a run folder and each step's rollout rows; a damaged row is named and left out."""
+    data = RF.load(run_dir)
+    for line in data.warnings():
+        print(f"warning: {line}", file=sys.stderr)
+    if not data.steps:
+        raise SystemExit(f"{run_dir}: no training step recorded ({RF.METRICS} missing or empty)")
+    return data.steps, {int(r["step"]): data.traces.get(int(r["step"]), []) for r in data.steps}
 
 
 def _ratio(a, b) -> str:

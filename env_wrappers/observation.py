@@ -1,4 +1,4 @@
-"""The SEAL observation wrapper: applies Omega_t's cues to what the agent observes (DESIGN 2.5).
+"""The SEAL observation wrapper: applies Omega_t's cues to what the agent observes.
 
 ``o~ = o (+) phi_schema(F) (+) phi_err(o, H_t) (+) phi_cap(C_t)``. In the manner of a Gymnasium
 ``ObservationWrapper``, :class:`SealObservationWrapper` wraps an environment and changes only the

@@ -32,7 +32,7 @@ from the verifier's per-turn checks. Every sample returns the same keys (:data:`
   turn; ``seal_cue_tokens``: cue tokens in the rollout;
 - ``seal_p_<key>`` for each key of :data:`seal_verl.taxonomy.PROFILE_KEYS`: the trajectory profile p_j(z).
 
-Options (``reward_kwargs``, DESIGN 2.7):
+Options (``reward_kwargs``; docs/config.md lists them with their defaults):
 
 - ``strict_abstention`` (default True): a tool-call attempt on an abstention turn (``spurious_tool_call``)
   fails the task for ``score``; ``acc`` always keeps the official semantics;
@@ -53,6 +53,7 @@ unknown option.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, fields
 from typing import Any, Optional
 
@@ -141,15 +142,32 @@ def _load_trace(who: str, extra_info: Any) -> Trace:
         return raw
     if hasattr(raw, "item") and getattr(raw, "shape", None) == ():  # a 0-d numpy object array
         raw = raw.item()
-    if isinstance(raw, (bytes, bytearray)):
-        raw = raw.decode("utf-8")
     try:
+        if isinstance(raw, (bytes, bytearray)):
+            raw = raw.decode("utf-8")
         data = json.loads(raw) if isinstance(raw, str) else raw
         if not isinstance(data, dict):
             raise TypeError(f"expected a JSON object, got {type(data).__name__}")
         return Trace.from_dict(data)
-    except (ValueError, TypeError, KeyError) as exc:
-        raise ValueError(f"{who}: extra_info[{TRACE_KEY!r}] is not a valid trace: {exc}") from exc
+    # A trace is data from the rollout: any shape it may take (wrong types anywhere, nesting deeper than the
+    # parser's recursion limit) is one clear error naming the key, never a stray traceback.
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+        raise ValueError(f"{who}: extra_info[{TRACE_KEY!r}] is not a valid trace: "
+                         f"{type(exc).__name__}: {str(exc)[:300]}") from None
+
+
+def _cue_tokens(who: str, trace: Trace) -> float:
+    """The cue tokens the interface recorded in ``trace.meta['cues']['tokens']`` (0 without cues)."""
+    cues = trace.meta.get("cues") if isinstance(trace.meta, dict) else None
+    if not cues:
+        return 0.0
+    tokens = cues.get("tokens") if isinstance(cues, dict) else "not a mapping"
+    if tokens is None:
+        return 0.0
+    if isinstance(tokens, bool) or not isinstance(tokens, (int, float)) or not math.isfinite(tokens) or tokens < 0:
+        raise ValueError(f"{who}: extra_info[{TRACE_KEY!r}] is not a valid trace: meta.cues must be "
+                         f"{{'tokens': count}}, got {str(cues)[:80]!r}")
+    return float(tokens)
 
 
 def _env_name(extra_info: dict, trace: Trace, fallback: Optional[str]) -> str:
@@ -207,6 +225,7 @@ def grade(data_source: Any = None, solution_str: Any = None, ground_truth: Any =
     except ValueError as exc:
         raise ValueError(f"{who}: {exc}") from exc
 
+    cue_tokens = _cue_tokens(who, trace)
     v = env.verify(task, trace, strict_abstention=opts["strict_abstention"])
     diagnosis = diagnose(trace, v.checks)
     labels = list(diagnosis.labels)
@@ -229,7 +248,7 @@ def grade(data_source: Any = None, solution_str: Any = None, ground_truth: Any =
         "seal_checker_error": float(tx.CHECKER_ERROR in labels),
         # Cue tokens the training interface added to this rollout (0 without cues): carried to the trainer
         # with the labels so that it can log cue cost per step.
-        "seal_cue_tokens": float((trace.meta.get("cues") or {}).get("tokens", 0) or 0),
+        "seal_cue_tokens": cue_tokens,
     }
     for key in tx.PROFILE_KEYS:
         out[PROFILE_PREFIX + key] = float(profile[key])

@@ -6,6 +6,7 @@
     seal-verl dry-run [--env bfcl] [--out runs/dry] [--steps 6] [--tasks-per-step 4] [--rollouts 4] [--preset paper]
     seal-verl eval --base-url URL --model NAME --out DIR [--split eval] [--mode fc|prompt] ...
     seal-verl report RUN_DIR... [--out report] [--names NAME...]
+    seal-verl check RUN_DIR [--steps N] [--resumed-from PARENT] [--require-moving-weights] [--min-nonzero X]
     seal-verl bfcl-ids [--split eval | --ids ID...] [--out FILE]  # restricts `bfcl generate --run-ids`
     seal-verl preflight --backbone qwen2.5-7b --model PATH [--data-dir DIR] [--max-prompt-length N]
 
@@ -17,8 +18,6 @@ never replaced without ``--force``.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 
 
@@ -140,6 +139,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     except ReportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    for line in rep.warnings:
+        print(f"warning: {line}", file=sys.stderr)
     print(rep.text)
     print(f"wrote {rep.html} and {len(rep.pngs)} PNG(s) to {args.out}")
     return 0
@@ -151,6 +152,25 @@ def _add_report_parser(sub) -> None:
     rp.add_argument("--out", default="report", help="folder for report.html and the PNGs")
     rp.add_argument("--names", nargs="+", default=None, help="a display name per RUN_DIR (default: folder names)")
     rp.set_defaults(func=_cmd_report)
+
+
+# ------------------------------------------------------------------------------------------- check
+def _cmd_check(args: argparse.Namespace) -> int:
+    from .run_check import run
+
+    try:
+        return run(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _add_check_parser(sub) -> None:
+    from .run_check import add_arguments
+
+    ck = sub.add_parser("check", help="check a training run from its run folder: steps, state, weights x advantages, "
+                        "cues, weight sync, resume; exit 0 only if every check passes")
+    add_arguments(ck)
+    ck.set_defaults(func=_cmd_check)
 
 
 #: ``--ablation`` values: the recipes' names (``no_env_side``, ...) and their older hyphenated spellings.
@@ -220,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the environment to train: a registered name, an installed entry point of the group "
                          "seal_verl.environments, or an import path package.module:Class (default bfcl); the "
                          "package must be importable, e.g. via PYTHONPATH")
-    dr.add_argument("--out", default="runs/dry", help="run folder (state_step_k.json, traces_step_k.jsonl, metrics.jsonl)")
+    dr.add_argument("--out", default="runs/dry", help="run folder (the layout of a training run's seal.run_dir)")
     dr.add_argument("--steps", type=_int_at_least(1), default=6, help="training steps to run (default 6)")
     dr.add_argument("--tasks-per-step", type=_int_at_least(1), default=4,
                     help="training tasks per step, from the environment's train split (default 4)")
@@ -247,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_eval_parser(sub)
     _add_report_parser(sub)
+    _add_check_parser(sub)
 
     # ---- preflight (before a long GPU job) -------------------------------------------------------------
     pf = sub.add_parser("preflight", help="check versions, GPUs, attention backend, tokenizer + chat template, "
@@ -255,10 +276,11 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--model", required=True, help="the model path the run uses (its tokenizer and chat template)")
     pf.add_argument("--data-dir", default=None, help="folder with train.parquet / eval.parquet from prepare-data")
     pf.add_argument("--max-prompt-length", type=int, default=None,
-                    help="data.max_prompt_length of the run (default: the recipe's, recipes/bfcl_v3/config/bfcl_v3.yaml)")
+                    help="data.max_prompt_length of the run (default: the recipe's for the backbone)")
     pf.add_argument("--attn", default="sdpa", help="attn_implementation of the run (recipe default: sdpa)")
     pf.add_argument("--remove-padding", action="store_true", help="the run sets use_remove_padding=true")
-    pf.add_argument("--gpus", type=int, default=4, help="GPUs the run asks for (nnodes x n_gpus_per_node)")
+    pf.add_argument("--gpus", type=int, default=None, help="GPUs the run asks for (nnodes x n_gpus_per_node; "
+                    "default: the recipe's 4, and a warning when this node has more)")
     pf.add_argument("--no-progress", action="store_true")
     pf.set_defaults(func=lambda a: _env_command("preflight", a))
     return p

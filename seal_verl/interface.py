@@ -32,11 +32,13 @@ __all__ = [
     "FAMILIES",
     "CueKind",
     "CUE_KINDS",
+    "SHORT_NAMES",
     "MIN_CUE_CHARS",
     "InterfaceConfig",
     "InterfaceState",
     "initial_state",
     "evolve",
+    "retire",
     "active_kinds",
     "active_families",
     "kinds_in_family",
@@ -71,6 +73,10 @@ CUE_KINDS: dict[str, CueKind] = {
     ERROR_RECOVERY: CueKind(ERROR_RECOVERY, ERROR, tx.RECOVERY_FAILURE),
     ASK_OR_ABSTAIN: CueKind(ASK_OR_ABSTAIN, CAPABILITY, tx.SPURIOUS_TOOL_CALL),
 }
+
+#: Short names of the kinds for one-line displays (console step lines, the run watcher, reports).
+SHORT_NAMES: dict[str, str] = {CALL_FORMAT: "fmt", SCHEMA_CONSTRAINTS: "schema", TOOL_AFFORDANCE: "afford",
+                               ERROR_RECOVERY: "recov", ASK_OR_ABSTAIN: "ask"}
 
 #: Smallest bound a cue may be given (``max_cue_chars``); shorter cues could not say anything useful.
 MIN_CUE_CHARS = 50
@@ -121,9 +127,9 @@ class InterfaceConfig:
         ema_beta: EMA rate of the prevalence the interface reads, in (0, 1] (1.0 = this step only). An
             addition to the published fields: the closed loop smooths C_t before ``evolve`` and needs a rate
             that belongs to the interface, not to dynamic rho.
-        proactive_cues: true (the default, DESIGN 2.5): cues also come before the agent acts, as blocks in
-            the first user message (schema constraints, call format, capability reminders) and as the
-            schema of functions revealed later. False keeps only the reactive ones, the feedback that
+        proactive_cues: true (the default; the paper's interface adds phi_schema up front): cues also come before
+            the agent acts, as blocks in the first user message (schema constraints, call format, capability
+            reminders) and as the schema of functions revealed later. False keeps only the reactive ones, the feedback that
             follows a failed call (phi_err), so a rollout without a failed call sees exactly the bare
             environment; the capability kinds, which have no feedback to give, then never switch on. For a
             policy that cannot read prompt text it has never seen (the CPU overlay's 0.4M-parameter model:
@@ -203,15 +209,25 @@ class InterfaceState:
         active: kind -> on/off, one entry per kind of ``CUE_KINDS``.
         streak_below: kind -> consecutive evolve steps with prevalence < off_threshold while on.
         step: number of ``evolve`` steps applied.
+        retired: kinds the cue-effect probe retired (``seal.cue_effect.retire``): off for the rest of the run.
+        effect_below: kind -> probes in a row whose cue-effect interval lay wholly below zero.
     """
 
     active: dict[str, bool] = field(default_factory=lambda: {k: False for k in CUE_KINDS})
     streak_below: dict[str, int] = field(default_factory=lambda: {k: 0 for k in CUE_KINDS})
     step: int = 0
+    retired: frozenset = frozenset()
+    effect_below: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict."""
-        return {"active": dict(self.active), "streak_below": dict(self.streak_below), "step": int(self.step)}
+        """A JSON-serialisable dict (the probe's fields only once the probe has something to keep)."""
+        out: dict[str, Any] = {"active": dict(self.active), "streak_below": dict(self.streak_below),
+                               "step": int(self.step)}
+        if self.retired:
+            out["retired"] = sorted(self.retired, key=list(CUE_KINDS).index)
+        if any(self.effect_below.values()):
+            out["effect_below"] = {k: int(v) for k, v in self.effect_below.items() if v}
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "InterfaceState":
@@ -223,12 +239,17 @@ class InterfaceState:
         """
         active = dict(d.get("active", {}))
         streak = dict(d.get("streak_below", {}))
+        retired = check_kinds(d.get("retired") or [])
+        below = dict(d.get("effect_below") or {})
         check_kinds(active)
         check_kinds(streak)
+        check_kinds(below)
         return cls(
-            active={k: bool(active.get(k, False)) for k in CUE_KINDS},
+            active={k: bool(active.get(k, False)) and k not in retired for k in CUE_KINDS},
             streak_below={k: int(streak.get(k, 0)) for k in CUE_KINDS},
             step=int(d.get("step", 0)),
+            retired=frozenset(retired),
+            effect_below={k: int(v) for k, v in below.items() if int(v)},
         )
 
 
@@ -281,6 +302,7 @@ def evolve(state: InterfaceState, prevalence: dict[str, float], cfg: InterfaceCo
             active={k: k in switchable for k in CUE_KINDS}, streak_below={k: 0 for k in CUE_KINDS},
             step=state.step + 1,
         )
+    switchable -= set(state.retired)
     active: dict[str, bool] = {}
     streak: dict[str, int] = {}
     for name, kind in CUE_KINDS.items():
@@ -301,7 +323,17 @@ def evolve(state: InterfaceState, prevalence: dict[str, float], cfg: InterfaceCo
                 active[name], streak[name] = True, below
         else:
             active[name], streak[name] = True, 0
-    return InterfaceState(active=active, streak_below=streak, step=state.step + 1)
+    return InterfaceState(active=active, streak_below=streak, step=state.step + 1, retired=frozenset(state.retired),
+                          effect_below=dict(state.effect_below))
+
+
+def retire(state: InterfaceState, kinds: Iterable[str], effect_below: dict[str, int]) -> InterfaceState:
+    """``state`` with ``kinds`` retired (switched off for good: ``evolve`` never turns them on again) and the
+    probe's counts ``effect_below`` kept; pure."""
+    gone = frozenset(state.retired) | frozenset(check_kinds(kinds))
+    return InterfaceState(active={k: bool(on) and k not in gone for k, on in state.active.items()},
+                          streak_below={k: (0 if k in gone else v) for k, v in state.streak_below.items()},
+                          step=state.step, retired=gone, effect_below={k: int(v) for k, v in effect_below.items()})
 
 
 def active_kinds(state: InterfaceState) -> set[str]:

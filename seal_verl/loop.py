@@ -274,7 +274,7 @@ def _check_state_dict(d: Any) -> None:
     iface = d["interface"]
     if not isinstance(iface, dict):
         raise bad("interface", "an object", iface)
-    unknown = sorted(set(iface) - {"active", "streak_below", "step"})
+    unknown = sorted(set(iface) - {"active", "streak_below", "step", "retired", "effect_below"})
     if unknown:
         raise StateFileError(f"unknown field(s) {unknown} in 'interface'")
     for key, check, what in (("active", lambda v: isinstance(v, bool), "true or false"),
@@ -288,6 +288,12 @@ def _check_state_dict(d: Any) -> None:
                                      f"{', '.join(CUE_KINDS)}")
             if not check(v):
                 raise bad(f"interface.{key}.{kind}", what, v)
+    retired = iface.get("retired", [])
+    if not isinstance(retired, list) or len(retired) > len(CUE_KINDS) or any(k not in CUE_KINDS for k in retired):
+        raise bad("interface.retired", "a list of cue kinds", retired)
+    below = iface.get("effect_below", {})
+    if not isinstance(below, dict) or any(k not in CUE_KINDS or not _is_int(v) or v < 0 for k, v in below.items()):
+        raise bad("interface.effect_below", "an object of cue kinds -> non-negative integers", below)
     if "step" in iface and (not _is_int(iface["step"]) or iface["step"] < 0):
         raise bad("interface.step", "a non-negative integer", iface["step"])
     for key in ("rho", "base_rho"):

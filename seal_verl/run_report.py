@@ -2,9 +2,10 @@
 
 A run folder is what a training run (``seal.run_dir``), ``seal-verl dry-run`` or ``seal-verl eval`` writes:
 
-- training / dry run: ``config.json``, ``metrics.jsonl`` (one row per step: label prevalence overall and per
-  category, active cue kinds, rho, the weight statistics, success rate, cue tokens), ``traces_step_k.jsonl``
-  (every rollout's weight ``w``), ``val_traces.jsonl`` (validation rollouts: task id and score);
+- training / dry run, read through ``seal_verl.run_folder``: the config, one row per step (label prevalence
+  overall and per category, active cue kinds, rho, the weight statistics, success rate, cue tokens), every
+  rollout's weight ``w`` and the validation rollouts (task id and score). Damaged rows are skipped with a
+  warning; a file with nothing readable but damage is an error;
 - evaluation: ``scores.json`` and ``labels.jsonl``.
 
 Per run it draws label prevalence over steps (overall and per category), the cue kinds active per step, rho
@@ -18,11 +19,11 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from . import run_folder as RF
 from . import taxonomy as T
 from .atomic import atomic_write_text
 
@@ -51,6 +52,7 @@ class Run:
     validation: dict = field(default_factory=dict)       # validation step -> {category: [n, n_valid]}
     eval_scores: dict | None = None
     eval_labels: list = field(default_factory=list)      # labels.jsonl rows
+    warnings: list = field(default_factory=list)         # rows or files skipped as damaged
 
     def accuracy(self) -> dict[str, float]:
         """Per-category accuracy the tables report: the eval scores, else the last validation."""
@@ -72,32 +74,21 @@ class Run:
         return "no accuracy recorded"
 
 
-def _read_jsonl(path: str) -> list[dict]:
-    rows = []
-    if not os.path.exists(path):
-        return rows
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                raise ReportError(f"{path}:{n}: not valid JSON") from None
-            if isinstance(obj, dict):
-                rows.append(obj)
+def _rows(rows_and_damage: tuple[list, list], warnings: list) -> list[dict]:
+    """Rows read by ``run_folder``; damaged lines become warnings, or an error when nothing else is readable."""
+    rows, damage = rows_and_damage
+    bad = [d for d in damage if not d.cut]
+    if bad and not rows:
+        raise ReportError(str(bad[0]))
+    warnings += [f"skipped {d}" for d in damage]
     return rows
 
 
 def _read_json(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            obj = json.load(f)
-    except ValueError:
-        raise ReportError(f"{path}: not valid JSON") from None
-    if not isinstance(obj, dict):
-        raise ReportError(f"{path}: expected a JSON object")
-    return obj
+    obj, damage = RF.read_object(path)
+    if damage is not None:
+        raise ReportError(str(damage))
+    return obj or {}
 
 
 def variant_name(config: dict) -> str:
@@ -116,6 +107,10 @@ def variant_name(config: dict) -> str:
     return "SEAL"
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _category(task_id: str) -> str:
     return str(task_id).rsplit("_", 1)[0]
 
@@ -129,27 +124,25 @@ def load_run(path: str, name: str | None = None) -> Run:
         scores = _read_json(os.path.join(path, "scores.json"))
         if not isinstance(scores.get("categories"), dict):
             raise ReportError(f"{os.path.join(path, 'scores.json')}: field 'categories' missing")
-        run = Run(name=name, path=path, kind="eval", eval_scores=scores,
-                  eval_labels=_read_jsonl(os.path.join(path, "labels.jsonl")))
+        run = Run(name=name, path=path, kind="eval", eval_scores=scores)
+        run.eval_labels = _rows(RF.read_rows(os.path.join(path, "labels.jsonl")), run.warnings)
         run.variant = str(scores.get("protocol", {}).get("model") or "")
         return run
-    if not any(os.path.exists(os.path.join(path, f)) for f in ("metrics.jsonl", "val_traces.jsonl")):
-        raise ReportError(f"{path}: neither a training run folder (metrics.jsonl, val_traces.jsonl) "
+    if not any(os.path.exists(os.path.join(path, f)) for f in (RF.METRICS, RF.VALIDATION)):
+        raise ReportError(f"{path}: neither a training run folder ({RF.METRICS}, {RF.VALIDATION}) "
                           "nor an eval folder (scores.json)")
-    config = _read_json(os.path.join(path, "config.json")) if os.path.exists(os.path.join(path, "config.json")) else {}
+    config = _read_json(os.path.join(path, RF.CONFIG))
     run = Run(name=name, path=path, kind="training", variant=variant_name(config))
-    run.steps = sorted(_read_jsonl(os.path.join(path, "metrics.jsonl")), key=lambda r: int(r.get("step", 0)))
-    for fname in sorted(os.listdir(path)):
-        if fname.startswith("traces_step_") and fname.endswith(".jsonl"):
-            try:
-                k = int(fname[len("traces_step_"):-len(".jsonl")])
-            except ValueError:
-                continue
-            run.weights[k] = [float(r["w"]) for r in _read_jsonl(os.path.join(path, fname))
-                              if isinstance(r.get("w"), (int, float))]
+    steps = _rows(RF.read_steps(path), run.warnings)
+    run.warnings += [f"skipped {os.path.join(path, RF.METRICS)}: a step row without a step number"
+                     for r in steps if not _is_int(r.get("step"))]
+    run.steps = sorted((r for r in steps if _is_int(r.get("step"))), key=lambda r: r["step"])
+    for k in RF.step_files(path).traces:
+        run.weights[k] = [float(r["w"]) for r in _rows(RF.read_traces(path, k), run.warnings)
+                          if isinstance(r.get("w"), (int, float))]
     last_step = max((int(r.get("global_step", r.get("step", 0) + 1)) for r in run.steps), default=0)
     val: dict = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-    for r in _read_jsonl(os.path.join(path, "val_traces.jsonl")):
+    for r in _rows(RF.read_validation(path), run.warnings):
         step = int(r["global_step"]) if r.get("global_step") is not None else last_step
         acc = r.get("acc") if r.get("acc") is not None else r.get("score")
         cell = val[step][_category(r.get("task_id", ""))]
@@ -321,6 +314,75 @@ def plot_interface(run: Run, path: str) -> str:
     return path
 
 
+def cue_effects(run: Run) -> dict[str, list[tuple[int, dict]]]:
+    """Per key (``all`` and each cue kind): ``(step, effect)`` of every step that ran the cue-effect probe."""
+    out: dict[str, list[tuple[int, dict]]] = defaultdict(list)
+    for r in run.steps:
+        probe = r.get("cue_effect")
+        effects = probe.get("effects") if isinstance(probe, dict) else None
+        if not isinstance(effects, dict):
+            continue
+        for key, e in effects.items():
+            if isinstance(e, dict) and all(isinstance(e.get(f), (int, float)) for f in ("diff", "lo", "hi")):
+                out[key].append((int(r["step"]), e))
+    return dict(out)
+
+
+def cue_effect_rows(runs: list[Run]) -> list[list[str]]:
+    """``[run, key, probes, last effect [interval], with, without]``: the last probe of each key of each run."""
+    rows = []
+    for run in runs:
+        for key, series in sorted(cue_effects(run).items(), key=lambda kv: (kv[0] != "all", kv[0])):
+            step, e = series[-1]
+            rows.append([run.name, key, str(len(series)), f"{e['diff']:+.2f} [{e['lo']:+.2f}, {e['hi']:+.2f}] (step {step})",
+                         f"{float(e.get('with', 0)):.2f}", f"{float(e.get('without', 0)):.2f}"])
+    return rows
+
+
+CUE_EFFECT_HEADER = ["run", "cue", "probes", "last effect [interval]", "reward with", "reward without"]
+
+
+def plot_cue_effect(run: Run, path: str) -> str:
+    """The cue effect per probe: mean training reward (the pass rate under a 0/1 reward) with minus without each cue kind (and the whole interface), with its
+    interval; above zero the cue helps the policy that trains under it."""
+    plt = _plt()
+    found = cue_effects(run)
+    keys = ["all"] + sorted(k for k in found if k != "all")
+    fig, ax = plt.subplots(figsize=(8.5, 3.8))
+    n = max(1, len(keys))
+    for i, key in enumerate(keys):
+        series = found.get(key) or []
+        if not series:
+            continue
+        off = (i - (n - 1) / 2) * 0.08
+        xs = [s + off for s, _ in series]
+        ys = [float(e["diff"]) for _, e in series]
+        err = [[y - float(e["lo"]) for y, (_, e) in zip(ys, series)], [float(e["hi"]) - y for y, (_, e) in zip(ys, series)]]
+        ax.errorbar(xs, ys, yerr=err, marker="o", ms=4, capsize=3, lw=1.4 if key == "all" else 1.0,
+                    color="#222222" if key == "all" else None, label="whole interface" if key == "all" else key)
+    ax.axhline(0.0, color="#888888", lw=0.8)
+    ax.set_ylim(-1.05, 1.05)
+    ax.set_xlabel("training step (probe)")
+    ax.set_ylabel("reward with - without")
+    ax.set_title(f"{run.name}: cue effect (same weights, same tasks; interval {_level(run)})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    _integer_steps(ax, steps=sorted({s for series in found.values() for s, _ in series}))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _level(run: Run) -> str:
+    """The probes' confidence level as a percentage (their summaries record it)."""
+    for r in run.steps:
+        probe = r.get("cue_effect")
+        if isinstance(probe, dict) and isinstance(probe.get("confidence"), (int, float)):
+            return f"{100 * float(probe['confidence']):g}%"
+    return "95%"
+
+
 def plot_weights_reward(run: Run, path: str) -> str:
     """The distribution of w (all rollouts, and per step), reward per step, validation accuracy per category."""
     plt = _plt()
@@ -441,6 +503,7 @@ class Report:
     html: str
     pngs: list
     text: str
+    warnings: list = field(default_factory=list)  # damaged rows skipped, one line each
 
 
 def build_report(paths: list[str], out: str, names: list[str] | None = None) -> Report:
@@ -465,6 +528,8 @@ def build_report(paths: list[str], out: str, names: list[str] | None = None) -> 
             if run.steps:
                 figs = [plot_prevalence(run, stem + "_prevalence.png"), plot_interface(run, stem + "_interface.png"),
                         plot_weights_reward(run, stem + "_weights_reward.png")]
+                if cue_effects(run):
+                    figs.append(plot_cue_effect(run, stem + "_cue_effect.png"))
             detail = (f"<p>{len(run.steps)} training step(s), {sum(len(w) for w in run.weights.values())} rollouts; "
                       f"accuracy: {html.escape(run.source())}</p>")
         pngs += figs
@@ -477,6 +542,10 @@ def build_report(paths: list[str], out: str, names: list[str] | None = None) -> 
         text += "\n* mean of the categories present"
     if t3:
         text += "\n\nTable 3 form: ablations against full SEAL\n" + format_text_table(TABLE3_HEADER, t3)
+    effect_rows = cue_effect_rows(runs)
+    if effect_rows:
+        text += ("\n\nCue effect (training reward with minus without, same weights and tasks; last probe)\n"
+                 + format_text_table(CUE_EFFECT_HEADER, effect_rows))
     comparison = ""
     if len(runs) > 1:
         pngs.append(plot_comparison(runs, os.path.join(out, "comparison.png")))
@@ -498,10 +567,12 @@ img {{ max-width: 100%; }}
 {_html_table(TABLE1_HEADER, t1)}
 <ul>{sources}</ul>
 {('<h2>Ablations (Table 3 form)</h2>' + _html_table(TABLE3_HEADER, t3)) if t3 else ''}
+{('<h2>Cue effect (last probe)</h2>' + _html_table(CUE_EFFECT_HEADER, effect_rows)) if effect_rows else ''}
 {comparison}
 {''.join(sections)}
 </body></html>
 """
     html_path = os.path.join(out, "report.html")
     atomic_write_text(html_path, page)
-    return Report(html=html_path, pngs=pngs, text=text)
+    return Report(html=html_path, pngs=pngs, text=text,
+                  warnings=[f"{r.name}: {w}" for r in runs for w in r.warnings])

@@ -1,18 +1,19 @@
 """Follow a training run from its run folder: a progress bar, the start-up phase, one line per step.
 
-    python -m seal_verl.run_watch RUN_DIR [--log RUN_DIR/main_ppo.log] [--steps N] [--pid PID]
+    python -m seal_verl.run_watch RUN_DIR [--log LOG] [--steps N] [--pid PID]
 
 verl's console output is long (the resolved config, one very long metrics line per step, the warnings of every
-worker); the run scripts send it to ``main_ppo.log`` in the run folder and run this next to it. It reads only
-files: ``metrics.jsonl`` and ``traces_step_k.jsonl`` (written by the SEAL trainer after each step),
-``val_traces.jsonl`` (every validation) and the log (for the start-up phase), and prints per training step
+worker); the run scripts send it to a log in the run folder and run this next to it. It reads only files,
+through ``seal_verl.run_folder``: the step rows and their rollouts (written by the SEAL trainer after each step),
+the validation rows (every validation) and the log (for the start-up phase), and prints per training step
 
     step 3/8  reward 0.44  pass 0.44  adv!=0 81%  labels ok .62 arg .12 miss .08 ...  cues fmt,schema  w 0.78-1.63  41 s
 
 (mean reward, share of rollouts that passed, share of rollouts with a non-zero GRPO advantage, the label mix of
 the step, the cue kinds the rollouts ran under, the range of the SEAL weights) and, after each validation, the
 accuracy per category. It warns, once, when Ray's memory monitor killed workers (a verl run that lost a rollout
-worker waits forever instead of failing) and when a step takes far longer than every step before it. It stops
+worker waits forever instead of failing), when a step takes far longer than every step before it, and when a
+row is damaged (a row still being written is simply read on the next poll). It stops
 when the process ``--pid`` is gone (or on Ctrl-C) and never touches the run.
 No verl import: it works on any run folder, also one copied off a GPU cluster.
 """
@@ -20,13 +21,15 @@ No verl import: it works on any run folder, also one copied off a GPU cluster.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
 import time
 from collections import defaultdict
 from typing import Optional
+
+from seal_verl import run_folder as RF
+from seal_verl.cue_effect import short_line
 
 #: log line pattern -> phase shown next to the progress bar (the last one seen wins)
 PHASES = (
@@ -55,28 +58,12 @@ SHORT_KINDS = {"call_format": "fmt", "schema_constraints": "schema", "tool_affor
                "error_recovery": "recov", "ask_or_abstain": "ask"}
 
 
-def _jsonl(path: str) -> list[dict]:
-    """Complete JSON lines of ``path`` (a line still being written is skipped, not an error)."""
-    if not os.path.exists(path):
-        return []
-    out = []
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            if not line.endswith("\n"):
-                break
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-    return out
-
-
 def _kinds(kinds) -> str:
     return ",".join(SHORT_KINDS.get(k, k) for k in kinds or []) or "-"
 
 
 def step_line(row: dict, traces: list[dict], total: Optional[int] = None) -> str:
-    """The console line of one training step (``metrics.jsonl`` row + its ``traces_step_k.jsonl`` rows)."""
+    """The console line of one training step (its step row and its rollouts' rows)."""
     k = int(row.get("global_step", row.get("step", 0)))
     rewards = [float(t["reward"]) for t in traces if t.get("reward") is not None]
     reward = sum(rewards) / len(rewards) if rewards else float("nan")
@@ -94,11 +81,23 @@ def step_line(row: dict, traces: list[dict], total: Optional[int] = None) -> str
     return (f"step {k}{'/' + str(total) if total else ''}  reward {reward:.2f}  pass {passed:.2f}  "
             f"adv!=0 {nonzero / max(1, len(traces)):.0%}  labels {mix or '-'}  "
             f"cues {_kinds(row.get('active_during'))}{w}{secs}"
-            + (f"  ({excluded} excluded: checker error)" if excluded else ""))
+            + (f"  ({excluded} excluded: checker error)" if excluded else "")
+            + _cue_effect(row.get("cue_effect")))
+
+
+def _cue_effect(probe) -> str:
+    """``  effect all +.25 [-.05,+.50] fmt ...`` on a step that ran the cue-effect probe (its rollouts are not
+    in the step's reward: they are measured, never trained on)."""
+    if not isinstance(probe, dict) or not isinstance(probe.get("effects"), dict) or not probe["effects"]:
+        return ""
+    try:
+        return "  " + short_line(probe["effects"])
+    except (KeyError, TypeError, ValueError):  # a damaged row: the line without it
+        return ""
 
 
 def validation_lines(rows: list[dict]) -> list[str]:
-    """Accuracy per category of each validation (rows of ``val_traces.jsonl`` grouped by global step)."""
+    """Accuracy per category of each validation (validation rows grouped by global step)."""
     by_step: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         cat = str(r.get("task_id", "")).rsplit("_", 1)[0] or "?"
@@ -112,6 +111,23 @@ def validation_lines(rows: list[dict]) -> list[str]:
         n = sum(len(v) for v in cats.values())
         out.append(f"validation at step {g} (greedy, no cues, {n} tasks): mean {mean:.2f}  {parts}")
     return out
+
+
+def held_out_summary(rows: list[dict]) -> Optional[str]:
+    """``validation without cues: 0.22 before the first step, 0.41 after step 20 (+0.19)`` when the run validated
+    before its first step and after a later one; the score is the mean over the validation rollouts."""
+    by_step: dict[int, list[float]] = defaultdict(list)
+    for r in rows:
+        score = r.get("score")
+        if isinstance(score, (int, float)):
+            by_step[int(r.get("global_step", 0))].append(float(score))
+    if 0 not in by_step or len(by_step) < 2:
+        return None
+    first = sum(by_step[0]) / len(by_step[0])
+    k = max(by_step)
+    last = sum(by_step[k]) / len(by_step[k])
+    return (f"validation without cues (greedy, {len(by_step[k])} rollouts): {first:.2f} before the first step, "
+            f"{last:.2f} after step {k} ({last - first:+.2f})")
 
 
 def _alive(pid: Optional[int]) -> bool:
@@ -141,6 +157,7 @@ class Watcher:
         self.out = out
         self.seen_steps: set[int] = set()
         self.val_said: set[int] = set()
+        self._summary_said = False
         self.phase = "starting"
         self._log_pos = 0
         self.bar = None
@@ -167,9 +184,9 @@ class Watcher:
             self._log_pos = fh.tell()
         for line in chunk.splitlines():
             if OOM_KILL.search(line):
-                self._warn("oom", "Ray killed workers for lack of memory (see main_ppo.log). A run that lost a "
-                                  "rollout worker can wait forever instead of failing: if no step follows, stop it "
-                                  "and start it again with fewer runs side by side or more memory")
+                self._warn("oom", f"Ray killed workers for lack of memory (see {os.path.basename(self.log)}). A run "
+                                  "that lost a rollout worker can wait forever instead of failing: if no step "
+                                  "follows, stop it and start it again with fewer runs side by side or more memory")
             for pattern, phase in PHASES:
                 m = pattern.search(line)
                 if m:
@@ -198,13 +215,21 @@ class Watcher:
             self._warn(f"stall {k}", f"no step {k} after {waited:.0f} s (the longest step so far took "
                                      f"{self._longest_step:.0f} s; phase: {self.phase}). If the rollouts stay "
                                      f"'running' with none finished, a worker may be gone: look for errors in "
-                                     f"main_ppo.log")
+                                     f"{os.path.basename(self.log) if self.log else 'the log'}")
+
+    def _rows(self, rows_and_damage: tuple[list, list]) -> list[dict]:
+        """Rows read through ``run_folder``; a damaged line is said once, a cut last line (being written) not."""
+        rows, damage = rows_and_damage
+        for d in damage:
+            if not d.cut:
+                self._warn(f"damage {d}", f"skipped {d}")
+        return rows
 
     def poll(self, final: bool = False) -> None:
         """Print what is new. verl validates after a step's update but logs the step's metrics after the
         validation, so the validation of step k waits for step k's line (``final``: the run is over, print all)."""
         self._read_log()
-        val = _jsonl(os.path.join(self.run_dir, "val_traces.jsonl"))
+        val = self._rows(RF.read_validation(self.run_dir))
 
         def say_validations(upto: Optional[int]) -> None:
             steps = sorted({int(r.get("global_step", 0)) for r in val} - self.val_said)
@@ -215,13 +240,13 @@ class Watcher:
                     self._say(line)
                 self.val_said.add(g)
 
-        for row in _jsonl(os.path.join(self.run_dir, "metrics.jsonl")):
+        for row in self._rows(RF.read_steps(self.run_dir)):
             k = int(row.get("global_step", row.get("step", 0)))
             if k in self.seen_steps:
                 continue
             say_validations(k - 1)
             self.seen_steps.add(k)
-            traces = _jsonl(os.path.join(self.run_dir, f"traces_step_{k}.jsonl"))
+            traces = self._rows(RF.read_traces(self.run_dir, k))
             self._say(step_line(row, traces, self.steps))
             if row.get("seconds") is not None:
                 self._longest_step = max(self._longest_step, float(row["seconds"]))
@@ -229,7 +254,12 @@ class Watcher:
             if self.bar is not None:
                 self.bar.update(1)
         say_validations(None if final else max(self.seen_steps, default=0))
-        if not final:
+        if final:
+            line = held_out_summary(val)
+            if line and not self._summary_said:
+                self._summary_said = True
+                self._say(line)
+        else:
             self._check_stall()
 
     def close(self) -> None:
@@ -256,7 +286,7 @@ def watch(run_dir: str, log: Optional[str] = None, steps: Optional[int] = None, 
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("run_dir", help="the run folder (seal.run_dir)")
-    p.add_argument("--log", default=None, help="verl's console log (default: RUN_DIR/main_ppo.log)")
+    p.add_argument("--log", default=None, help=f"verl's console log (default: RUN_DIR/{RF.LOG})")
     p.add_argument("--steps", type=int, default=None, help="total training steps, for the progress bar")
     p.add_argument("--pid", type=int, default=None, help="stop when this process has exited")
     p.add_argument("--interval", type=float, default=2.0, help="seconds between polls (default: %(default)s)")
@@ -265,7 +295,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not os.path.isdir(args.run_dir):
         print(f"run_watch: error: no run folder {args.run_dir}", file=sys.stderr)
         return 2
-    watch(args.run_dir, args.log or os.path.join(args.run_dir, "main_ppo.log"), args.steps, args.pid,
+    watch(args.run_dir, args.log or os.path.join(args.run_dir, RF.LOG), args.steps, args.pid,
           args.interval, not args.no_progress)
     return 0
 

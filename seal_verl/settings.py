@@ -16,6 +16,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
+from seal_verl.cue_effect import CueEffectConfig
 from seal_verl.interface import InterfaceConfig
 from seal_verl.loop import SealSwitches
 from seal_verl.weighting import WeightingConfig
@@ -67,6 +68,8 @@ class SealSettings:
         state_dir: also write the closed-loop state of every step here (JSON, one file per step).
         run_dir: write the run folder here (state, traces, metrics per step).
         state_actor: see :class:`StateActorConfig`.
+        cue_effect: the cue-effect probe (``seal_verl.cue_effect.CueEffectConfig``): the same policy on the same
+            tasks with and without its cues, measured every few steps and never trained on.
     """
 
     switches: SealSwitches = field(default_factory=SealSwitches)
@@ -75,12 +78,13 @@ class SealSettings:
     state_dir: Optional[str] = None
     run_dir: Optional[str] = None
     state_actor: StateActorConfig = field(default_factory=StateActorConfig)
+    cue_effect: CueEffectConfig = field(default_factory=CueEffectConfig)
 
     def validate(self, where: str = "seal") -> "SealSettings":
         """Run each section's range checks; a failure is a ``ValueError`` whose message starts with the
         section's dotted name (``seal.weighting: w_min ...``)."""
         for name, section in (("switches", self.switches), ("weighting", self.weighting),
-                              ("interface", self.interface)):
+                              ("interface", self.interface), ("cue_effect", self.cue_effect)):
             try:
                 if isinstance(section, SealSwitches):
                     SealSwitches.from_dict(section.to_dict())
@@ -109,6 +113,7 @@ class SealSettings:
             "state_dir": self.state_dir,
             "run_dir": self.run_dir,
             "state_actor": dataclasses.asdict(self.state_actor),
+            "cue_effect": self.cue_effect.to_dict(),
         }
 
 
@@ -120,7 +125,7 @@ class RewardOptions:
     ``sys.modules``, where a dataclass cannot be defined.
 
     Attributes:
-        strict_abstention: a tool-call attempt on an abstention turn fails the task for ``score`` (DESIGN 2.7);
+        strict_abstention: a tool-call attempt on an abstention turn fails the task for ``score``;
             ``acc`` keeps the official semantics either way.
         dense_credit: a failing task scores the share of its checked turns that pass, instead of 0.
         near_miss_credit: with ``dense_credit``, a turn Psi labels ``argument_mismatch`` (the call parsed and

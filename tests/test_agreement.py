@@ -19,7 +19,6 @@ import subprocess
 import sys
 import threading
 
-import pytest
 
 from env_wrappers.bfcl.judge import judge_result
 from env_wrappers.bfcl.perturb import KINDS, ground_truth_steps, perturb, to_result
@@ -232,7 +231,7 @@ def test_judge_result_on_rendered_results_matches_verify(tasks):
 
 def test_counterfactual_turns_match_a_deep_copy_of_the_ground_truth_path(tasks):
     """After the first failing turn, each turn is judged from the ground-truth state at its start
-    (DESIGN 2.2). Reference: the ground-truth path run here turn by turn and deep-copied at the start of
+    (how Psi judges turns after a failure). Reference: the ground-truth path run here turn by turn and deep-copied at the start of
     every counterfactual turn; the verifier rebuilds that state by replay and must agree exactly (results
     of the model's calls, state differences, missing results)."""
     from env_wrappers.bfcl.backends import Backends

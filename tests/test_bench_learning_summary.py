@@ -227,3 +227,15 @@ def test_the_figure_plots_reward_held_out_score_labels_and_cues(tmp_path, monkey
     # schema_constraints from step 3 on
     assert panel[("cue kinds on during the step", "seal")][1] == pytest.approx([0.0, 0.0] + [1.0] * 8)
     assert panel[("training reward per step", "grpo (2 seeds)")][1] == pytest.approx([0.2] * 5 + [0.5] * 5)
+
+
+def test_a_damaged_row_costs_that_row_only(tmp_path, capsys):
+    """A garbage line in the middle of metrics.jsonl is skipped (and named on stderr); the steps after it stay in
+    the curve."""
+    fake_run(tmp_path / "grpo_s1", [0.2] * 5 + [0.5] * 5)
+    path = tmp_path / "grpo_s1" / "metrics.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:3]) + "{garbage\n" + "".join(lines[3:]))
+    c = bl.curve(str(tmp_path / "grpo_s1"))
+    assert [x["step"] for x in c["steps"]] == list(range(1, 11))
+    assert "metrics.jsonl:4: not valid JSON" in capsys.readouterr().err

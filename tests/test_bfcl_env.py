@@ -3,7 +3,6 @@
 import json
 
 import jsonschema
-import pytest
 
 from env_wrappers.bfcl.backends import Backends
 from env_wrappers.bfcl.env import REVEAL_MESSAGE, BFCLEnv

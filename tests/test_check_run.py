@@ -1,4 +1,4 @@
-"""``recipes/bfcl_v3/cpu/check_run.py``'s weighted-advantage check on run folders written by the trainer's own
+"""``seal-verl check``'s weighted-advantage check (``seal_verl.run_check``) on run folders written by the trainer's own
 writer (``RunFolder``, ``trace_row``, ``step_row``, ``SealDriver``): a correct step passes; a step where the
 weighting was skipped, misaligned (one rollout's weight on another) or applied before GRPO's group normalisation
 fails, and so does a step without learning signal when a least share of non-zero advantages is asked for."""
@@ -11,11 +11,7 @@ import statistics
 
 import pytest
 
-from _scripts import load_script
-
-
-
-CHECK = load_script("recipes/bfcl_v3/cpu/check_run.py", "seal_check_run")
+from seal_verl import run_check as CHECK
 
 # (reward, labels, abstention) of two groups of four rollouts
 GROUPS = {
@@ -197,8 +193,8 @@ MIXED = [0.87, -0.87, 0.87, -0.87]  # one group with both outcomes
     ([_sync_row(1, grad=float("nan"), kl=0.0)], _traces(FLAT), False, "actor/grad_norm nan"),
 ])
 def test_sync_asks_for_movement_only_where_the_step_had_something_to_move(rows, traces, ok, says):
-    """Whether a step has learning signal is up to what the model sampled (a partly right model's groups all
-    scored alike in CI); the check must follow the step, not assume signal."""
+    """Whether a step has learning signal is up to what the model sampled (a partly right model's groups
+    can all score alike at a step); the check must follow the step, not assume signal."""
     name, passed, detail = _sync_check_with(rows, traces)
     assert name == "sync" and passed is ok, detail
     assert says in detail
@@ -212,3 +208,61 @@ def test_resumed_sync_knows_whether_the_parent_moved_the_weights(parent_grad, ok
     name, passed, detail = _sync_check_with(rows, {2: [{"grpo_advantage": 0.0}] * 4},
                                             parent_rows=[_sync_row(1, grad=parent_grad, kl=0.0)])
     assert passed is ok, detail
+
+
+# ---- the command: seal-verl check ----
+
+def test_check_command_prints_every_check_and_fails_a_partial_run(tmp_path, capsys):
+    """``seal-verl check`` on a folder the trainer's writer made: the weights pass, the checks that need what
+    only a whole run leaves (exit record, console log, validation) fail, and the exit status says so."""
+    from seal_verl.cli import main
+
+    run = _write_run(tmp_path)
+    assert main(["check", run, "--steps", "1", "--json", str(tmp_path / "out.json")]) == 1
+    out = capsys.readouterr().out
+    assert "[PASS] weights" in out and "[FAIL] exit" in out and "[FAIL] cues" in out
+    saved = json.loads((tmp_path / "out.json").read_text())
+    assert saved["ok"] is False and {c["name"] for c in saved["checks"]} >= {"exit", "steps", "state", "weights"}
+
+
+def test_check_names_damaged_rows_instead_of_a_traceback(tmp_path, capsys):
+    """A row that is not JSON (or a last line cut by a crash) is skipped, named in a failing ``files`` check, and
+    the other checks still run on the rest."""
+    from seal_verl import run_folder as RF
+    from seal_verl.cli import main
+
+    run = _write_run(tmp_path)
+    with open(os.path.join(run, RF.traces_name(1)), "a", encoding="utf-8") as f:
+        f.write("{garbage\n")
+    with open(os.path.join(run, RF.METRICS), "a", encoding="utf-8") as f:
+        f.write('{"step": 2, "glob')
+    assert main(["check", run]) == 1
+    out = capsys.readouterr().out
+    files = next(line for line in out.splitlines() if line.startswith("[FAIL] files"))
+    assert f"skipped {os.path.join(run, RF.traces_name(1))}:9: not valid JSON" in files
+    assert f"skipped {os.path.join(run, RF.METRICS)}:2: cut short" in files and "[PASS] weights" in out
+
+
+@pytest.mark.parametrize("argv, says", [(["--min-nonzero", "2"], "--min-nonzero must be in [0, 1]"),
+                                        ([], "No such file or directory")])
+def test_check_usage_errors_are_one_line(argv, says, tmp_path, capsys):
+    from seal_verl.cli import main
+
+    assert main(["check", str(tmp_path / "missing"), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error") and says in err[0]
+
+
+def test_rows_of_the_wrong_shape_fail_their_checks_not_the_command(tmp_path, capsys):
+    """JSON rows that lack the writer's fields (a hand-edited file) make the checks that read them fail, each
+    naming what was missing; the command still prints every line and exits 1."""
+    from seal_verl import run_folder as RF
+    from seal_verl.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / RF.METRICS).write_text(json.dumps({"step": 1, "metrics": {}}) + "\n")
+    assert main(["check", str(run)]) == 1
+    out = capsys.readouterr().out
+    assert "[FAIL] steps    a row is not what the run folder's writer writes: KeyError: 'global_step'" in out
+    assert "Traceback" not in out

@@ -71,6 +71,11 @@ def test_dry_run_section_differs_from_the_defaults_only_where_it_says():
     base = SealSettings().validate().to_dict()
     assert parsed["weighting"].pop("n_conf") == 4
     base["weighting"].pop("n_conf")
+    # the dry run's cue-effect probe is small (its steps have a handful of rollouts), on as in the recipe
+    small = {"every": 2, "tasks": 2, "samples": 2, "max_rollouts": 28}
+    assert {k: parsed["cue_effect"].pop(k) for k in small} == small
+    for k in small:
+        base["cue_effect"].pop(k)
     assert parsed == base
 
 

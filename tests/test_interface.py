@@ -1,4 +1,4 @@
-"""Omega: evolution with hysteresis, the ablation flags, and the bounded, answer-free cue texts (DESIGN 2.5)."""
+"""Omega: evolution with hysteresis, the ablation flags, and the bounded, answer-free cue texts."""
 
 import json
 import re

@@ -19,6 +19,8 @@ import time
 import pytest
 from _cpu_venv import cpu_train_venv
 
+from seal_verl import run_folder as RF
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV = cpu_train_venv()
 pytestmark = pytest.mark.skipif(VENV is None, reason="real CPU training: set SEAL_CPU_TRAINING=1 or SEAL_CPU_TRAIN_VENV")
@@ -34,9 +36,10 @@ def _bench(out: str) -> tuple[subprocess.CompletedProcess, float]:
     return proc, time.time() - t0
 
 
-def _jsonl(path):
-    with open(path) as f:
-        return [json.loads(x) for x in f if x.strip()]
+def _jsonl(rows_and_damage):
+    rows, damage = rows_and_damage
+    assert not damage, damage
+    return rows
 
 
 def test_two_seal_steps_on_the_ledger_and_a_resume(tmp_path):
@@ -44,13 +47,13 @@ def test_two_seal_steps_on_the_ledger_and_a_resume(tmp_path):
     proc, _ = _bench(out)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = os.path.join(out, "seal_s1")
-    cfg = json.load(open(os.path.join(run, "config.json")))
+    cfg = RF.load(run).config
     assert "ledger" in json.dumps(cfg) and '"proactive_cues": true' in json.dumps(cfg)
     summary = json.load(open(os.path.join(out, "learning.json")))
     steps = summary["curves"]["seal"]["1"]["steps"]
     assert [s["step"] for s in steps] == list(range(1, STEPS + 1))
     for k in range(1, STEPS + 1):
-        rows = _jsonl(os.path.join(run, f"traces_step_{k}.jsonl"))
+        rows = _jsonl(RF.read_traces(run, k))
         assert len(rows) == 8 * 4  # 8 tasks x group of 4
         assert all(r["task_id"].startswith("ledger_train_") for r in rows)
         assert all(0.0 <= r["reward"] <= 1.0 and len(r["labels"]) == 2 for r in rows)
@@ -60,7 +63,7 @@ def test_two_seal_steps_on_the_ledger_and_a_resume(tmp_path):
                 assert abs(r["advantage"] - r["w"] * r["grpo_advantage"]) < 1e-3 * max(1.0, abs(r["advantage"]))
     held = summary["curves"]["seal"]["1"]["heldout"]
     assert "0" in held and str(STEPS) in held  # greedy held-out accuracy before and after, no cue
-    val = _jsonl(os.path.join(run, "val_traces.jsonl"))
+    val = _jsonl(RF.read_validation(run))
     assert val and all(r["task_id"].startswith("ledger_eval_") and r["cue_tokens"] == 0 for r in val)
     again, seconds = _bench(out)
     assert again.returncode == 0 and "reusing" in again.stdout and seconds < 120, again.stdout[-2000:]

@@ -1,4 +1,4 @@
-"""The closed loop: one step, the ablation switches, persistence and metrics (DESIGN 2.6)."""
+"""The closed loop: one step, the ablation switches, persistence and metrics (``seal_verl/loop.py``)."""
 
 import itertools
 import json

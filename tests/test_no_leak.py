@@ -1,4 +1,4 @@
-"""phi_err / phi_schema / phi_cap never reveal the answer (DESIGN 2.5).
+"""phi_err / phi_schema / phi_cap never reveal the answer (``seal_verl/cues.py``).
 
 Over all 400 training tasks and many wrong trajectories (every perturbation kind of ``perturb.py``, schema
 violations, unknown and not-yet-revealed functions, execution errors, undecodable messages, in both call

@@ -35,7 +35,7 @@ VARIANTS = ("seal", "grpo", "no_env_side", "no_reweighting", "no_closed_loop")
 PRESETS = ("default", "paper")
 REWARD_KWARGS = "reward.custom_reward_function.reward_kwargs."
 
-#: The paper's utility table (Appendix C.2, Table 6) in this project's labels (DESIGN 2.4).
+#: The paper's utility table (Appendix C.2, Table 6) in this project's labels (docs/paper_settings.md).
 TABLE_6 = {"spurious_tool_call": 2.0, "correct_abstention": 1.8, "missing_tool_call": 1.5, "state_mismatch": 1.0,
            "response_mismatch": 0.9, "pass": 1.0}
 
@@ -146,6 +146,7 @@ def test_launch_script_passes_the_preset(tmp_path):
 
     (tmp_path / "train.parquet").touch()
     (tmp_path / "eval.parquet").touch()
+    (tmp_path / "call_format.txt").write_text("json\n")  # prepare-data's record of the folder's call format
     base = dict(os.environ, PYTHON="echo", DATA_DIR=str(tmp_path))
     for preset, expected in ((None, "default"), ("paper", "paper")):
         env = dict(base, **({"PRESET": preset} if preset else {}))

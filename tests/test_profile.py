@@ -1,4 +1,4 @@
-"""Profiles p_j(z) and the step profile C_t (DESIGN 2.3)."""
+"""Profiles p_j(z) and the step profile C_t (``seal_verl/profile.py``)."""
 
 import json
 import math

@@ -146,6 +146,7 @@ def test_reward_function_path_points_at_reward_fns_bfcl_reward():
 def test_launch_scripts_build_a_valid_main_ppo_command(tmp_path, script, env, variant):
     (tmp_path / "train.parquet").touch()
     (tmp_path / "eval.parquet").touch()
+    (tmp_path / "call_format.txt").write_text(BACKBONES[env.get("BACKBONE", "qwen2.5-7b")][1] + "\n")
     full_env = dict(os.environ, PYTHON="echo", DATA_DIR=str(tmp_path), **env)
     proc = subprocess.run(
         ["bash", os.path.join(RECIPE, script), "trainer.total_epochs=2"],

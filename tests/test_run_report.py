@@ -60,7 +60,10 @@ def test_report_files_and_numbers(runs, tmp_path):
     assert os.path.basename(rep.html) == "report.html"
     import matplotlib.image as mpimg
 
-    assert len(rep.pngs) == 3 + 3 + 1 + 1  # per training run 3, the eval folder 1, the comparison 1
+    # per training run 3 (and the cue-effect panel where a probe ran: both runs had cue kinds on), the eval folder 1,
+    # the comparison 1
+    assert len(rep.pngs) == (3 + 1) + (3 + 1) + 1 + 1
+    assert sum(p.endswith("_cue_effect.png") for p in rep.pngs) == 2
     for p in rep.pngs:
         img = mpimg.imread(p)
         assert img.shape[0] > 200 and img.shape[1] > 400 and img.std() > 0.01, p
@@ -104,3 +107,51 @@ def test_bad_folder_is_one_line_error(tmp_path, capsys):
     (tmp_path / "bad" / "metrics.jsonl").write_text("{not json\n")
     with pytest.raises(ReportError, match=r"metrics.jsonl:1: not valid JSON"):
         load_run(str(tmp_path / "bad"))
+
+
+def test_damaged_rows_are_warned_about_and_the_rest_reported(runs, tmp_path, capsys):
+    """A run folder with a garbage line and a line cut by a crash still gives its report from the readable rows;
+    each skipped line is one warning on stderr (only a file with nothing readable but damage is an error)."""
+    import shutil
+
+    _, folders = runs
+    run = str(tmp_path / "seal")
+    shutil.copytree(folders[0], run)
+    with open(os.path.join(run, "metrics.jsonl"), "a", encoding="utf-8") as f:
+        f.write("{not json\n")
+    with open(os.path.join(run, "val_traces.jsonl"), "a", encoding="utf-8") as f:
+        f.write('{"task_id": "multi_turn_base_1", "sc')
+    loaded = load_run(run)
+    assert len(loaded.steps) == 3 and loaded.validation == load_run(folders[0]).validation
+    assert [w.split(": ", 1)[1] for w in loaded.warnings] == ["not valid JSON", "cut short (no end of line)"]
+    assert cli_main(["report", run, "--out", str(tmp_path / "o")]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
+    assert len(err) == 2 and "metrics.jsonl:4: not valid JSON" in err[0]
+
+
+def test_a_dry_run_into_a_used_folder_leaves_nothing_of_the_earlier_run(runs, tmp_path):
+    """A shorter dry run into the folder of a longer one: the earlier run's later step files are gone, so the
+    report reads this run's steps and weights only."""
+    import shutil
+
+    base, folders = runs
+    run = str(tmp_path / "again")
+    shutil.copytree(folders[0], run)  # 3 steps
+    again = D.DryRunConfig(out=run, steps=1, tasks_per_step=2, rollouts=2, val_tasks=0, model=str(base / "model"),
+                           progress=False, verbose=False)
+    D.run_dry(again)
+    assert not any(os.path.exists(os.path.join(run, f"{kind}_step_{k}.{ext}"))
+                   for k in (2, 3) for kind, ext in (("traces", "jsonl"), ("state", "json")))
+    loaded = load_run(run)
+    assert len(loaded.steps) == 1 and list(loaded.weights) == [1] and loaded.validation == {}
+
+
+def test_a_step_row_without_a_step_number_is_a_warning(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"global_step": 1, "metrics": {}}) + "\n"
+                                       + json.dumps({"step": 2, "global_step": 2, "metrics": {}}) + "\n")
+    loaded = load_run(str(run))
+    assert [r["step"] for r in loaded.steps] == [2] and "without a step number" in loaded.warnings[0]
+    rep = build_report([str(run)], str(tmp_path / "out"))
+    assert rep.warnings == [f"run: {loaded.warnings[0]}"] and os.path.exists(rep.html)

@@ -80,9 +80,13 @@ def test_validation_of_a_step_comes_after_its_step_line(tmp_path):
     w.poll()
     assert len(out.getvalue().splitlines()) == 3
     w.poll(final=True)
-    assert out.getvalue().splitlines()[-1].startswith("validation at step 2 ")
+    lines = out.getvalue().splitlines()
+    assert lines[-2].startswith("validation at step 2 ")
+    # and the held-out comparison: before the first step against after the last
+    assert lines[-1] == ("validation without cues (greedy, 1 rollouts): 1.00 before the first step, 1.00 after step 2 "
+                         "(+0.00)")
     w.poll(final=True)
-    assert len(out.getvalue().splitlines()) == 4
+    assert len(out.getvalue().splitlines()) == 5
 
 
 # verl's start-up and first step, as its console prints them (colour codes included), shortened
@@ -173,3 +177,17 @@ def test_short_steps_are_not_called_stalled_before_the_minimum(tmp_path):
     now[0] += run_watch.STALL_MIN_S - 1  # 29 x the step, under the minimum
     w.poll()
     assert "warning" not in out.getvalue()
+
+
+def test_a_damaged_row_is_said_once_and_the_next_rows_still_shown(tmp_path):
+    """A complete line that is not JSON is skipped with one warning; the steps after it are printed."""
+    out = io.StringIO()
+    w = Watcher(str(tmp_path), None, 3, out=out, progress=False)
+    _write(os.path.join(tmp_path, "metrics.jsonl"), [_metrics(1)], torn="{broken\n")
+    _write(os.path.join(tmp_path, "metrics.jsonl"), [_metrics(2)])
+    w.poll()
+    w.poll()
+    lines = out.getvalue().splitlines()
+    assert [x.split("  ")[0] for x in lines if not x.startswith("[")] == ["step 1/3", "step 2/3"]
+    warnings = [x for x in lines if "warning:" in x]
+    assert len(warnings) == 1 and "metrics.jsonl:2: not valid JSON" in warnings[0]

@@ -3,7 +3,7 @@
 A task the model always fails (or always passes) gives a group of one outcome and a zero advantage. The former rule
 stopped once the mean of the tasks' predicted pass rates reached the target, which let one task near 1 hide another
 near 0 (the default warm start then passed miss_param_100 in 0 of 4 samples), and a step whose groups all scored
-alike failed `check_run.py` (`0/16 rollouts with a non-zero GRPO advantage`).
+alike failed `seal-verl check` (`0/16 rollouts with a non-zero GRPO advantage`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""rho, the trajectory weight and its application to advantages (DESIGN 2.4)."""
+"""rho, the trajectory weight and its application to advantages (``seal_verl/weighting.py``)."""
 
 import math
 

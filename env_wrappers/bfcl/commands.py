@@ -36,6 +36,9 @@ def diagnose(args: argparse.Namespace) -> int:
     if not files:
         print("error: no result files found in the given paths", file=sys.stderr)
         return 2
+    for option, target in (("--out", args.out), ("--plot", args.plot)):
+        if target and any(_same_file(target, p) for p in files):
+            raise UsageError(f"{option} {target}: is one of the result files read; give another name")
     total = sum(count_lines(p) for p in files)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
@@ -78,6 +81,14 @@ def diagnose(args: argparse.Namespace) -> int:
         print("error: no valid result entries", file=sys.stderr)
         return 1
     return 0
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one existing file (writing the one would truncate the other before it is read)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
 
 
 def demo_results(args: argparse.Namespace) -> int:
@@ -247,7 +258,7 @@ def preflight_command(args: argparse.Namespace) -> int:
         from seal_verl.backbones import spec
 
         spec(args.backbone)
-        limit = args.max_prompt_length or recipe_max_prompt_length()
+        limit = args.max_prompt_length or recipe_max_prompt_length(args.backbone)
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

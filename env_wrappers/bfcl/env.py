@@ -196,6 +196,15 @@ class BFCLEnv:
             shown.content, shown.is_error = text, is_error
         return True
 
+    def abandon(self, text: str) -> None:
+        """Complete the calls queued by ``feed(..., defer=True)`` without running them: each gets ``text`` as
+        an error result (not executed). For a replay whose judgement failed as a whole (see ``judge``)."""
+        self.annotate()
+        pending, self._deferred = self._deferred, []
+        for rec, shown in pending:
+            rec.result, rec.is_error, rec.executed = text, True, False
+            shown.content, shown.is_error = text, True
+
     def _run(self, pairs: list) -> None:
         if not pairs:
             return

@@ -13,8 +13,10 @@ the counterfactual copies) to a worker process with the rollouts' memory cap, an
   time-limit text, exactly as a call the rollout recorded as timed out;
 - a worker that ends during a model call (killed from outside) is handled the same way, with the text of a
   call that stopped the tool backend;
-- anything else (the worker ends outside a model call, other work over ``OTHER_WORK_S``, too many restarts)
-  gives a checker-error verdict, never an exception into training.
+- a worker that ends before it starts the judgement (killed while idle) is replaced once;
+- anything else (the worker ends outside a model call, other work over ``OTHER_WORK_S``, too many restarts,
+  a reply that cannot be read or has the wrong shape) gives ``Judged.checker_error``: a checker-error
+  verdict for every turn, never an exception into training. ``faults`` injects each of these in tests.
 
 Only plain verdict data comes back. The ground-truth calls run inline in the worker, with no thread hand-off
 (they are BFCL's own, trusted calls). A worker is reused for the next judgement only if its memory is back
@@ -30,7 +32,7 @@ import time
 from . import isolation
 from .backends import ERROR_PREFIX
 from .tasks import BFCLTask
-from .verifier import failed_verdict, from_wire
+from .verifier import Judged, from_wire
 
 #: Time allowed while no model call runs (ground-truth calls, state comparison, building instances) between
 #: two model calls: all of BFCL's ground truth replays in well under a second.
@@ -43,10 +45,10 @@ MAX_RESTARTS = 8
 
 def verify_isolated(task: BFCLTask, decoded: list, attempted: list, strict_abstention: bool,
                     call_timeout_s: float, timed_out: list | None, want_outcomes: bool,
-                    memory_limit_mb: int | None = None, meanwhile=None) -> tuple:
-    """:func:`.verifier.judge_job` in a worker: ``(official, verdict, model_outcomes or None)``. The verdicts
-    carry every turn's flags, differences and ground-truth calls (what Psi's checks read), not the call and
-    result lists (``verifier.to_wire``).
+                    memory_limit_mb: int | None = None, meanwhile=None) -> Judged:
+    """:func:`.verifier.judge_job` in a worker: a :class:`.verifier.Judged`, whose verdicts carry every
+    turn's flags, differences and ground-truth calls (what Psi's checks read), not the call and result lists
+    (``verifier.to_wire``). A judgement that cannot finish is ``Judged.checker_error``: never an exception.
 
     ``memory_limit_mb``: the worker's cap; None takes ``isolation.DEFAULT_MEMORY_LIMIT_MB`` (the rollouts').
     ``meanwhile``: called once, in this process, after the judgement was first sent and before its reply is
@@ -56,10 +58,12 @@ def verify_isolated(task: BFCLTask, decoded: list, attempted: list, strict_abste
     skip = [dict(timed_out[k]) if timed_out is not None and k < len(timed_out) else {} for k in range(len(decoded))]
     why = "the judgement restarted too often"
     pool = isolation.pool()
+    fresh_starts = 0  # workers that ended before they began this judgement (killed while idle)
     for _ in range(MAX_RESTARTS + 1):
         worker = pool.acquire_judge(cap)
         key = _key(task)
         rest = (decoded, attempted, strict_abstention, call_timeout_s, skip if any(skip) else None, want_outcomes)
+        seq0 = worker.board[isolation.PROGRESS_SEQ]
         try:
             worker.request_nowait(("verify", key, None if key in worker.tasks_sent else task) + rest)
             worker.tasks_sent.add(key)
@@ -76,6 +80,10 @@ def verify_isolated(task: BFCLTask, decoded: list, attempted: list, strict_abste
             worker.kill()
             where, detail = stopped
             if where is None:
+                idle = worker.board[isolation.PROGRESS_SEQ] == seq0  # it never reached a model call
+                if idle and detail.startswith("worker process ended") and not fresh_starts:
+                    fresh_starts += 1  # once, a fresh worker tries instead
+                    continue
                 why = f"the verifier's worker ended outside a model call ({detail})"[:300]
                 break
             k, i = where
@@ -85,15 +93,28 @@ def verify_isolated(task: BFCLTask, decoded: list, attempted: list, strict_abste
                 name = _flat(decoded, k)[i].split("(", 1)[0].strip()[:80] or "?"
                 skip[k][i] = ERROR_PREFIX + f"call to {name} stopped the tool backend"
             continue
-        if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok":
-            (official, verdict, outcomes), memory = reply[1]
-            pool.release_judge(worker, memory)
-            official = from_wire(official)
-            return official, official if verdict is None else from_wire(verdict), outcomes
-        worker.kill()
-        why = f"the verifier's worker failed: {str(reply[1] if isinstance(reply, tuple) else reply)[:300]}"
-        break
-    return failed_verdict(task, decoded, why), None, None
+        try:
+            judged = _read_reply(reply)
+        except (TypeError, ValueError, IndexError, KeyError) as exc:
+            worker.kill()
+            why = f"the verifier's worker failed: {str(exc)[:300]}"
+            break
+        pool.release_judge(worker, reply[1][1])
+        return judged
+    return Judged.checker_error(task, decoded, why)
+
+
+def _read_reply(reply) -> Judged:
+    """The judgement in a worker's reply ``("ok", ((official, verdict or None, outcomes), memory))``;
+    ``ValueError`` (or another error of a malformed reply) for anything else."""
+    if not (isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "ok"):
+        detail = reply[1] if isinstance(reply, tuple) and len(reply) == 2 else reply
+        raise ValueError(str(detail)[:300])
+    (official, verdict, outcomes), _memory = reply[1]
+    if outcomes is not None and not isinstance(outcomes, list):
+        raise ValueError(f"outcomes of type {type(outcomes).__name__}")
+    official = from_wire(official)
+    return Judged(official, official if verdict is None else from_wire(verdict), outcomes)
 
 
 _KEYS = itertools.count(1)
@@ -139,6 +160,8 @@ def _await(worker, call_timeout_s: float) -> tuple:
                 return worker.conn.recv(), None
         except (EOFError, OSError) as exc:
             return None, (_running(worker), f"worker process ended ({exc})")
+        except Exception as exc:  # noqa: BLE001 - a reply that cannot be unpickled: the worker is of no use
+            return ("error", f"unreadable reply ({type(exc).__name__})"), None
         if board[isolation.PROGRESS_SEQ] != seen or time.monotonic() < deadline:
             continue  # progress meanwhile: wait on with the new deadline
         where = _running(worker)

@@ -36,6 +36,10 @@ own. The parent only waits on a pipe (releasing the lock), so other threads neve
   most ``IDLE_POOL_BUDGET_MB`` above their start (the oldest are stopped first) and number at most
   ``MAX_IDLE_WORKERS``.
 
+A reply that cannot be read (it does not unpickle, has the wrong shape or was cut off) counts as the
+worker's end; a reply that does not come in time raises :class:`WorkerTimeout`. Each of these ways out can
+be injected deterministically in tests (``faults``).
+
 Workers are forked from the rollout process after it has imported the backend modules, so a new worker
 costs a fork, not an interpreter start, and shares the process's hash seed (set orders in result texts).
 """
@@ -51,6 +55,7 @@ import time
 import weakref
 from typing import Any
 
+from . import faults
 from .backends import ERROR_PREFIX
 
 #: Default cap (MiB) on what a worker may map beyond what it inherited. Generous for any legitimate call (the
@@ -228,16 +233,24 @@ def _progress_writer(conn, board):
     """The ``on_call`` hook of a judgement in a worker: publish ``(path, turn, position)`` when a model call
     starts and None when it ends (on the board when there is one, else as a message)."""
     if board is None:
-        return lambda where: conn.send(("call", where))
+        return lambda where, call="": conn.send(("call", where))
 
-    def publish(where):
+    def publish(where, call: str = ""):
+        fault = None
         if where is None:
             board[PROGRESS_CALL] = 0.0
         else:
+            fault = faults.active("judge_call", call)
             board[PROGRESS_TURN], board[PROGRESS_POS] = where[1], where[2]
-            board[PROGRESS_SINCE] = time.monotonic()
+            # An injected overrun: the call shows as started long ago, so the parent finds it over any limit.
+            board[PROGRESS_SINCE] = time.monotonic() - (1e6 if fault == "overrun" else 0.0)
             board[PROGRESS_CALL] = 1.0
         board[PROGRESS_SEQ] += 1.0  # written last: the parent rereads when it changed under it
+        if fault == "exit":
+            faults.die()  # killed during the call: the board shows it running
+        if fault == "overrun":
+            while True:
+                time.sleep(60)
 
     return publish
 
@@ -257,6 +270,7 @@ def _worker_main(conn, memory_limit_mb: int | None, board=None) -> None:
             pass
     from .backends import Backends
 
+    faults.enter_worker()
     # What the fork inherited is never garbage here: out of the collector's sight, a collection neither
     # scans it (time) nor writes to its pages (which would copy them into this process).
     gc.freeze()
@@ -281,11 +295,18 @@ def _worker_main(conn, memory_limit_mb: int | None, board=None) -> None:
         try:
             if op == "load":
                 _reset_process_settings()
+                if faults.at("tool", "build") == "memory":
+                    faults.exhaust_memory()
                 backends = Backends(msg[1], msg[2], msg[3], None)
                 conn.send(("ok", None))
             elif op == "run":
                 for call in msg[1]:
-                    conn.send(backends.execute(call))
+                    result = backends.execute(call)
+                    fault = faults.at("tool", "reply", call)
+                    if fault is None:
+                        conn.send(result)
+                    else:
+                        faults.send_faulty(conn, result, fault)
             elif op == "state":
                 conn.send(("ok", backends.state()))
             elif op == "instances":
@@ -295,6 +316,8 @@ def _worker_main(conn, memory_limit_mb: int | None, board=None) -> None:
 
                 backends = None
                 key, task = msg[1], msg[2]
+                if faults.at("judge", "start", getattr(task, "id", "")) == "exit":
+                    faults.die()
                 if task is None:
                     task = tasks.get(key)
                     if task is None:  # dropped (see below): the parent sends it again
@@ -305,10 +328,22 @@ def _worker_main(conn, memory_limit_mb: int | None, board=None) -> None:
                         tasks.clear()
                     tasks[key] = task
                 _reset_process_settings()
-                official, verdict, outcomes = judge_job(task, *msg[3:], on_call=_progress_writer(conn, board))
+                task_id = task.id
+                if faults.at("judge", "build", task_id) == "memory":
+                    faults.exhaust_memory()
+                judged = judge_job(task, *msg[3:], on_call=_progress_writer(conn, board))
                 msg = task = None
-                wire = (to_wire(official), None if verdict is official else to_wire(verdict), outcomes)
-                conn.send(("ok", (wire, ((0, start_anon), (0, _anon_bytes())))))
+                if faults.at("judge", "finish", task_id) == "exit":
+                    faults.die()
+                official, verdict = judged.official, judged.verdict
+                wire = (to_wire(official), None if verdict is official else to_wire(verdict), judged.outcomes)
+                reply = ("ok", (wire, ((0, start_anon), (0, _anon_bytes()))))
+                judged = None
+                fault = faults.at("judge", "reply", task_id)
+                if fault is None:
+                    conn.send(reply)
+                else:
+                    faults.send_faulty(conn, reply, fault)
             elif op == "reset":
                 backends = msg = None
                 _free_memory()
@@ -330,7 +365,11 @@ def _worker_main(conn, memory_limit_mb: int | None, board=None) -> None:
 
 
 class WorkerDied(Exception):
-    pass
+    """The worker gave no usable reply: it ended, its pipe closed, or what it sent could not be read."""
+
+
+class WorkerTimeout(WorkerDied):
+    """The worker gave no reply within the time allowed (it may still be running)."""
 
 
 _WORKER_NAME = "seal-bfcl-tools"
@@ -372,12 +411,18 @@ class _Worker:
             raise WorkerDied(f"worker process ended ({exc})") from None
 
     def receive(self, timeout: float | None):
+        """The next reply; ``WorkerTimeout`` if none comes in time, ``WorkerDied`` if the worker ended or sent
+        something that cannot be read (the worker is then of no further use)."""
         try:
             if not self.conn.poll(timeout):
-                raise WorkerDied("no reply in time")
+                raise WorkerTimeout("no reply in time")
             return self.conn.recv()
         except (EOFError, OSError) as exc:
             raise WorkerDied(f"worker process ended ({exc})") from None
+        except WorkerDied:
+            raise
+        except Exception as exc:  # noqa: BLE001 - an unpicklable or truncated reply
+            raise WorkerDied(f"worker sent an unreadable reply ({type(exc).__name__})") from None
 
     def alive(self) -> bool:
         try:
@@ -577,7 +622,8 @@ class IsolatedBackends:
             self._leases += 1
             self.replaced = self._leases - 1
             try:
-                status, detail = w.request(self._load, timeout=max(30.0, self.call_timeout_s))
+                reply = w.request(self._load, timeout=max(30.0, self.call_timeout_s))
+                status, detail = reply if isinstance(reply, tuple) and len(reply) == 2 else ("error", reply)
                 if status != "ok":
                     raise RuntimeError(f"tool worker could not build the backends: {detail}")
                 if self.history:
@@ -601,9 +647,8 @@ class IsolatedBackends:
             for _ in chunk:
                 try:
                     result = w.receive(max(0.0, deadline - time.monotonic()))
-                except WorkerDied as exc:
-                    if "no reply in time" in str(exc):
-                        raise WorkerDied(f"replaying the {len(history)} earlier calls took longer than "
+                except WorkerTimeout:
+                    raise WorkerDied(f"replaying the {len(history)} earlier calls took longer than "
                                          f"{self.call_timeout_s:g}s") from None
                     raise
                 if not (isinstance(result, tuple) and len(result) == 3):
@@ -661,7 +706,7 @@ class IsolatedBackends:
             if failure is None:
                 break
             call = pending[done]
-            if "no reply in time" in str(failure):
+            if isinstance(failure, WorkerTimeout):
                 out.append((timeout_text(_call_name(call), self.call_timeout_s), True, True))
             else:
                 out.append((ERROR_PREFIX + f"call to {_call_name(call)} stopped the tool backend", True, True))
@@ -695,12 +740,15 @@ class IsolatedBackends:
         for attempt in range(2):
             w = self._worker()
             try:
-                status, value = w.request((op,), timeout=max(30.0, self.call_timeout_s))
+                reply = w.request((op,), timeout=max(30.0, self.call_timeout_s))
+                if not (isinstance(reply, tuple) and len(reply) == 2):
+                    raise WorkerDied(f"worker process failed: {str(reply)[:200]}")
             except WorkerDied as exc:
                 self._discard_worker()
-                if attempt or "no reply in time" in str(exc):
+                if attempt or isinstance(exc, WorkerTimeout):
                     raise
                 continue  # the worker ended: a new one, with the calls replayed, answers instead
+            status, value = reply
             if status != "ok":
                 raise RuntimeError(f"tool worker: {value}")
             return value

@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from seal_verl.diagnosis import Diagnosis, TurnCheck, diagnose
 from seal_verl.trace import Trace
 
+from .backends import ERROR_PREFIX
 from .calls import split_call
 from .env import BFCLEnv
 from .isolated_verify import verify_isolated
 from .isolation import is_timeout_result
 from .tasks import BFCLTask
-from .verifier import FORCE_TERMINATED, INFERENCE_ERROR, Verdict, judge_job
+from .verifier import FORCE_TERMINATED, INFERENCE_ERROR, Judged, Verdict, judge_job
 
 
 @dataclass
@@ -91,24 +92,38 @@ def _verify(task: BFCLTask, trace: Trace, strict_abstention: bool, call_timeout_
             replay: BFCLEnv | None = None) -> tuple[bool, str, bool, list[TurnCheck]]:
     decoded = trace.decoded_steps()
     attempted = [any(a.has_call_attempt for a in t.attempts) for t in trace.turns]
-    timed_out = None if replay is not None else _timed_out_positions(trace)
-    if call_timeout_s is None:  # trusted, scripted calls only: inline, in this process
-        official, verdict, outcomes = judge_job(task, decoded, attempted, strict_abstention, None, timed_out,
-                                                replay is not None)
-    else:  # the model's calls: in a worker under a rollout's limits, never in this process
-        # Meanwhile the replay's calls get their schema facts here: the two processes share the work.
-        official, verdict, outcomes = verify_isolated(task, decoded, attempted, strict_abstention, call_timeout_s,
-                                                      timed_out, replay is not None,
-                                                      meanwhile=replay.annotate if replay is not None else None)
+    judged = _judgement(task, trace, decoded, attempted, strict_abstention, call_timeout_s, replay)
     if replay is not None:
-        flat = [o for turn in outcomes or [] for o in turn]
-        if outcomes is None or len(outcomes) != len(decoded) or not replay.settle(flat):
-            replay.flush()  # the verifier stopped short (a checker error): run the calls on the replay itself
+        if judged.failed:
+            # No outcome to settle with, and running the calls here would meet what stopped the verifier
+            # (the same overrunning calls, each waited out again): they stay unrun, and say why.
+            replay.abandon(ERROR_PREFIX + f"not run: the verifier could not judge this trajectory ({judged.error})")
+        else:
+            flat = [o for turn in judged.outcomes or [] for o in turn]
+            if judged.outcomes is None or len(judged.outcomes) != len(decoded) or not replay.settle(flat):
+                replay.flush()  # the verifier stopped short in one turn: run the calls on the replay itself
+    official, verdict = judged.official, judged.verdict
     valid, error_type = official.valid, official.error_type
     if trace.force_terminated:
         valid, error_type = False, FORCE_TERMINATED
     reward_valid = verdict.valid and not trace.force_terminated
     return valid, error_type, reward_valid, turn_checks(verdict)
+
+
+def _judgement(task: BFCLTask, trace: Trace, decoded: list, attempted: list, strict_abstention: bool,
+               call_timeout_s: float | None, replay: BFCLEnv | None) -> Judged:
+    """The judgement of one trajectory; a failure anywhere in it is that task's checker error, so that the
+    caller (the reward function, ``diagnose``, ``eval`` scoring) labels it and goes on with the next task."""
+    timed_out = None if replay is not None else _timed_out_positions(trace)
+    try:
+        if call_timeout_s is None:  # trusted, scripted calls only: inline, in this process
+            return judge_job(task, decoded, attempted, strict_abstention, None, timed_out, replay is not None)
+        # The model's calls: in a worker under a rollout's limits, never in this process. Meanwhile the
+        # replay's calls get their schema facts here: the two processes share the work.
+        return verify_isolated(task, decoded, attempted, strict_abstention, call_timeout_s, timed_out,
+                               replay is not None, meanwhile=replay.annotate if replay is not None else None)
+    except Exception as exc:  # noqa: BLE001 - never an exception into training or a batch of result files
+        return Judged.checker_error(task, decoded, f"the verifier failed: {type(exc).__name__}: {exc}")
 
 
 def _timed_out_positions(trace: Trace) -> list | None:

@@ -3,8 +3,11 @@
 Checks: the pinned versions; the GPUs torch and Ray see; the attention backend the config asks for is
 importable (and remove-padding has what it needs); the model's tokenizer and chat template render a BFCL task
 with tools in the backbone's call format; every first prompt of the data fits ``data.max_prompt_length``; the
-data were prepared for the backbone's call format. A check that needs a GPU says so and is marked ``skip``
-on a machine without one; the exit status is 1 when any check fails.
+data were prepared for the backbone's call format. Budgets and the GPU count default to what the run itself
+uses: the backbone's own config group (toolace2-8b's prompt budget is not the Qwen one), the prompts with every
+start-of-task cue a SEAL run can render, the GPUs this node has. On a machine without NVIDIA GPUs the GPU check
+is marked ``skip``; where the driver shows GPUs that torch cannot use, it fails and names the driver the pinned
+torch needs. A check that passes with little room is ``warn``. The exit status is 1 when any check fails.
 """
 
 from __future__ import annotations
@@ -12,16 +15,26 @@ from __future__ import annotations
 import importlib.metadata as md
 import importlib.util
 import os
+import re
+import shutil
+import subprocess
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 VERL_VERSION = "0.9.1"
+#: verl 0.9.1's [vllm] extra resolves to torch 2.11, a CUDA 13.0 build: it needs this NVIDIA driver or newer.
+TORCH_CUDA = "13.0"
+MIN_DRIVER = 580
+#: trainer.n_gpus_per_node of the recipe without a hardware group (recipes/bfcl_v3/config/bfcl_v3.yaml)
+RECIPE_GPUS = 4
+#: below this share of the prompt budget left with every cue rendered, the budget check warns
+PROMPT_MARGIN = 0.05
 
 
 @dataclass
 class Check:
     name: str
-    status: str      # ok | fail | skip
+    status: str      # ok | warn | fail | skip
     detail: str
     fix: str = ""
 
@@ -44,14 +57,59 @@ def check_versions() -> Check:
     return Check("versions", "ok", detail)
 
 
-def check_gpus(expected: int) -> Check:
+def nvidia_gpus(proc_root: str = "/proc/driver/nvidia", smi: Optional[str] = "nvidia-smi") -> tuple[int, Optional[str]]:
+    """NVIDIA GPUs the driver shows on this machine, and the driver version (None when unknown).
+
+    Read from the kernel module's ``/proc`` entries (one folder per GPU under ``gpus/``, the version in
+    ``version``), else from ``nvidia-smi``: both see the hardware whatever torch was built for."""
+    count, driver = 0, None
+    gpus = os.path.join(proc_root, "gpus")
+    if os.path.isdir(gpus):
+        count = len([d for d in os.listdir(gpus) if not d.startswith(".")])
+    try:
+        with open(os.path.join(proc_root, "version"), encoding="utf-8", errors="replace") as f:
+            m = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+(?:\.\d+)+)", f.read())
+            driver = m.group(1) if m else None
+    except OSError:
+        pass
+    exe = shutil.which(smi) if smi else None
+    if exe and (count == 0 or driver is None):
+        try:
+            out = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                                 text=True, timeout=30, check=False).stdout.split()
+        except (OSError, subprocess.SubprocessError):
+            out = []
+        if out:
+            count = count or len(out)
+            driver = driver or out[0]
+    return count, driver
+
+
+def _driver_fix(driver: Optional[str]) -> str:
+    have = f" (this machine has {driver})" if driver else ""
+    return (f"the pinned torch is a CUDA {TORCH_CUDA} build and needs NVIDIA driver {MIN_DRIVER} or newer{have}: "
+            "upgrade the driver, or install a torch build for the CUDA version your driver supports from "
+            "PyTorch's own wheel index (README, 'Training on GPUs')")
+
+
+def check_gpus(expected: Optional[int], proc_root: str = "/proc/driver/nvidia",
+               smi: Optional[str] = "nvidia-smi") -> Check:
+    """The GPUs the run can use: torch's count against the driver's and, with ``RAY_ADDRESS``, the cluster's.
+
+    ``expected`` is what the run asks for (nnodes x n_gpus_per_node); None: this node's own count, compared
+    with the recipe's default of :data:`RECIPE_GPUS`."""
     try:
         import torch
 
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        build = f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none: a CPU build'})"
     except Exception as exc:  # torch missing or broken
         return Check("gpus", "fail", f"torch unusable: {exc}", "pip install -r recipes/bfcl_v3/requirements.txt")
+    present, driver = nvidia_gpus(proc_root, smi)
     detail = f"torch sees {n} CUDA device(s)"
+    if present and n == 0:
+        return Check("gpus", "fail", f"{build} sees none of the {present} NVIDIA GPU(s) the driver "
+                     f"{driver or '(version unknown)'} shows", _driver_fix(driver))
     ray_gpus = None
     if os.environ.get("RAY_ADDRESS"):
         try:
@@ -67,9 +125,14 @@ def check_gpus(expected: int) -> Check:
     if n == 0 and not ray_gpus:
         return Check("gpus", "skip", detail + " (no GPU here: the training run itself cannot start on this machine)")
     have = ray_gpus if ray_gpus is not None else n
-    if have < expected:
-        return Check("gpus", "fail", detail, f"the run asks for {expected} GPU(s) (trainer.nnodes x "
+    asks = RECIPE_GPUS if expected is None else expected
+    if have < asks:
+        return Check("gpus", "fail", detail, f"the run asks for {asks} GPU(s) (trainer.nnodes x "
                      "trainer.n_gpus_per_node): lower trainer.n_gpus_per_node or add nodes to the Ray cluster")
+    if expected is None and n > RECIPE_GPUS:
+        return Check("gpus", "warn", f"{detail}; the recipe's default uses {RECIPE_GPUS} of them",
+                     f"run on all of them: HARDWARE=8x80gb or 8x40gb (recipes/bfcl_v3/config/hardware), or "
+                     f"trainer.n_gpus_per_node={n}")
     return Check("gpus", "ok", detail)
 
 
@@ -116,8 +179,20 @@ def check_template(tokenizer, backbone: str, task_id: str = "multi_turn_miss_fun
                  f"{task_id}, tools and call-format instructions present")
 
 
-def prompt_lengths(tokenizer, backbone: str, task_ids: list, progress: bool = True) -> dict:
-    """First-prompt token counts as the agent loop renders them."""
+def _cue_wrapper(env, interface: Optional[dict]):
+    """``env`` with every cue kind on, bounded as the run bounds them (``seal.interface`` of the recipe)."""
+    from env_wrappers.observation import SealObservationWrapper
+    from seal_verl.interface import InterfaceConfig, InterfaceState
+
+    keep = ("max_cue_chars", "max_schema_cue_chars", "proactive_cues")
+    cfg = InterfaceConfig(**{k: v for k, v in (interface or {}).items() if k in keep}, fixed_all_on=True).validate()
+    return SealObservationWrapper(env, InterfaceState(), cfg)
+
+
+def prompt_lengths(tokenizer, backbone: str, task_ids: list, progress: bool = True, cues: bool = False,
+                   interface: Optional[dict] = None) -> dict:
+    """First-prompt token counts as the agent loop renders them; with ``cues``, with every start-of-task cue a
+    SEAL run can add to the first user turn (the longest first prompt training can see)."""
     from env_wrappers.bfcl.env import BFCLEnv
     from env_wrappers.bfcl.tasks import load_tasks
     from seal_verl.backbones import spec
@@ -128,11 +203,43 @@ def prompt_lengths(tokenizer, backbone: str, task_ids: list, progress: bool = Tr
     _fmt = s.call_format
     out = {}
     tasks = load_tasks(task_ids)
-    for tid, task in tqdm(tasks.items(), desc="prompt lengths", disable=not progress):
-        messages, tools = prompts.initial_messages(task, BFCLEnv(task, call_format=s.call_format).reset(), _fmt)
+    for tid, task in tqdm(tasks.items(), desc="prompt lengths" + (" with cues" if cues else ""), disable=not progress):
+        env = BFCLEnv(task, call_format=s.call_format)
+        first = (_cue_wrapper(env, interface) if cues else env).reset()
+        messages, tools = prompts.initial_messages(task, first, _fmt)
         text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
         out[tid] = len(tokenizer.encode(text, add_special_tokens=False))
     return out
+
+
+def check_prompt_budget(bare: dict, cued: dict, max_prompt_length: int) -> Check:
+    """Every first prompt fits ``data.max_prompt_length`` without cues (else fail) and with every start-of-task
+    cue (else fail: training rollouts carry them); under :data:`PROMPT_MARGIN` of room left, a warning."""
+    over = sorted((n, t) for t, n in bare.items() if n > max_prompt_length)
+    longest = max(bare.values())
+    fix = ("set data.max_prompt_length>={n} (and rollout max_model_len >= prompt + response), or leave those "
+           "tasks out of the split (prepare-data --split-file)")
+    if over:
+        return Check("prompt budget", "fail", f"{len(over)} of {len(bare)} first prompts exceed "
+                     f"data.max_prompt_length={max_prompt_length} (longest {longest}: {over[-1][1]})",
+                     fix.format(n=longest))
+    if not cued:
+        return Check("prompt budget", "ok", f"all {len(bare)} first prompts fit (longest {longest} <= "
+                     f"{max_prompt_length})")
+    top_task = max(cued, key=lambda t: cued[t])
+    top = cued[top_task]
+    margin = max_prompt_length - top
+    detail = (f"longest first prompt {longest} tokens, {top} with every start-of-task cue ({top_task}); "
+              f"data.max_prompt_length={max_prompt_length}")
+    over_cued = sum(1 for n in cued.values() if n > max_prompt_length)
+    if over_cued:
+        return Check("prompt budget", "fail", f"{detail}: {over_cued} of {len(cued)} exceed it with cues",
+                     fix.format(n=top))
+    if margin < PROMPT_MARGIN * max_prompt_length:
+        return Check("prompt budget", "warn", f"{detail}: {margin} tokens ({margin / max_prompt_length:.1%}) left "
+                     "with cues", f"fits, with under {PROMPT_MARGIN:.0%} of the budget to spare; for room, "
+                     f"data.max_prompt_length>={top + int(PROMPT_MARGIN * max_prompt_length)} (and max_model_len with it)")
+    return Check("prompt budget", "ok", f"{detail}: {margin} tokens ({margin / max_prompt_length:.1%}) left with cues")
 
 
 def check_data(data_dir: str, backbone: str) -> tuple[Check, list]:
@@ -158,9 +265,13 @@ def check_data(data_dir: str, backbone: str) -> tuple[Check, list]:
     return Check("data", "ok", f"{len(ids)} rows, call_format {s.call_format}"), ids
 
 
-def run(backbone: str, model: str, data_dir: Optional[str], max_prompt_length: int, attn: str,
-        remove_padding: bool, gpus: int, progress: bool = True, emit: Callable[[Check], None] = print) -> int:
-    """Run every check, hand each result to ``emit``; 0 when none failed."""
+def run(backbone: str, model: str, data_dir: Optional[str], max_prompt_length: Optional[int], attn: str,
+        remove_padding: bool, gpus: Optional[int], progress: bool = True, emit: Callable[[Check], None] = print) -> int:
+    """Run every check, hand each result to ``emit``; 0 when none failed.
+
+    ``max_prompt_length`` None: the backbone's own budget in the recipe; ``gpus`` None: this node's GPUs."""
+    if max_prompt_length is None:
+        max_prompt_length = recipe_max_prompt_length(backbone)
     checks = [check_versions(), check_gpus(gpus), check_attention(attn, remove_padding)]
     for c in checks:
         emit(c)
@@ -188,17 +299,10 @@ def run(backbone: str, model: str, data_dir: Optional[str], max_prompt_length: i
             from env_wrappers.bfcl.tasks import load_tasks
 
             ids = sorted(load_tasks())
-        lengths = prompt_lengths(tokenizer, backbone, ids, progress=progress)
-        over = sorted((n, t) for t, n in lengths.items() if n > max_prompt_length)
-        longest = max(lengths.values())
-        if over:
-            c = Check("prompt budget", "fail", f"{len(over)} of {len(lengths)} first prompts exceed "
-                      f"data.max_prompt_length={max_prompt_length} (longest {longest}: {over[-1][1]})",
-                      f"set data.max_prompt_length>={longest} (and rollout max_model_len >= prompt + response), or "
-                      "leave those tasks out of the split (prepare-data --split-file)")
-        else:
-            c = Check("prompt budget", "ok", f"all {len(lengths)} first prompts fit (longest {longest} <= "
-                      f"{max_prompt_length})")
+        bare = prompt_lengths(tokenizer, backbone, ids, progress=progress)
+        cued = prompt_lengths(tokenizer, backbone, ids, progress=progress, cues=True,
+                              interface=_recipe_section("seal", "interface"))
+        c = check_prompt_budget(bare, cued, max_prompt_length)
         checks.append(c)
         emit(c)
     return 1 if any(c.status == "fail" for c in checks) else 0
@@ -206,17 +310,48 @@ def run(backbone: str, model: str, data_dir: Optional[str], max_prompt_length: i
 
 def format_check(c: Check) -> str:
     line = f"[{c.status:>4}] {c.name}: {c.detail}"
-    return line + (f"\n       fix: {c.fix}" if c.fix and c.status == "fail" else "")
+    return line + (f"\n       fix: {c.fix}" if c.fix and c.status in ("fail", "warn") else "")
 
 
-def recipe_max_prompt_length() -> int:
-    """``data.max_prompt_length`` of the shipped recipe (recipes/bfcl_v3/config/bfcl_v3.yaml)."""
+def _recipe_file(*parts: str) -> str:
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.join(repo, "recipes", "bfcl_v3", "config", *parts)
+
+
+def _recipe_section(*keys: str, path: Optional[str] = None):
     import yaml
 
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    path = os.path.join(repo, "recipes", "bfcl_v3", "config", "bfcl_v3.yaml")
-    with open(path, encoding="utf-8") as f:
-        value = (yaml.safe_load(f).get("data") or {}).get("max_prompt_length")
-    if not isinstance(value, int):
+    with open(path or _recipe_file("bfcl_v3.yaml"), encoding="utf-8") as f:
+        node = yaml.safe_load(f) or {}
+    for key in keys:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
+def _backbone_group(backbone: str) -> Optional[str]:
+    """The recipe's backbone group file of ``backbone`` (a group name, or a tokenizer family such as
+    ``toolace2`` whose groups must then agree on the budget); None when the recipe has none."""
+    from seal_verl.backbones import spec
+
+    folder = _recipe_file("backbone")
+    exact = os.path.join(folder, f"{backbone}.yaml")
+    if os.path.isfile(exact):
+        return exact
+    family = spec(backbone).name
+    found = sorted(f for f in os.listdir(folder) if f.startswith(family) and f.endswith(".yaml"))
+    return os.path.join(folder, found[0]) if found else None
+
+
+def recipe_max_prompt_length(backbone: Optional[str] = None) -> int:
+    """``data.max_prompt_length`` the recipe runs ``backbone`` with: its backbone group's value where the group
+    sets one (toolace2-8b's 10240), else the shared one of ``recipes/bfcl_v3/config/bfcl_v3.yaml``."""
+    path = _recipe_file("bfcl_v3.yaml")
+    value = _recipe_section("data", "max_prompt_length")
+    group = _backbone_group(backbone) if backbone else None
+    if group is not None:
+        own = _recipe_section("data", "max_prompt_length", path=group)
+        if own is not None:
+            path, value = group, own
+    if not isinstance(value, int) or isinstance(value, bool):
         raise ValueError(f"{path}: data.max_prompt_length must be an integer, got {value!r}")
     return value

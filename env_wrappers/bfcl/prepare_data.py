@@ -19,6 +19,10 @@ agent_name    ``seal_bfcl`` for training rows (the loop with the SEAL observatio
               cannot otherwise tell training from validation
 ============  ==============================================================================================
 
+Beside the two files, ``call_format.txt`` holds the folder's call format as one word (``json`` or ``python``):
+the launchers read it to stop a run whose backbone writes the other format before any model loads, which
+they cannot do from the parquet rows without Python.
+
 The split comes from the shipped SEAL split (``data/bfcl_v3_seal_split.json``) or from a JSON file of the
 same shape (``{"train": [ids], "eval": [ids]}``); unknown ids, duplicates, overlap between the halves and
 empty halves are errors.
@@ -132,6 +136,10 @@ def build_rows(task_ids: list[str], split: str, call_format: str = "json") -> li
     return [_row(tasks[tid], i, split, call_format, agent) for i, tid in enumerate(task_ids)]
 
 
+#: The one-word record of a data folder's call format, next to its parquet files (read by ``_launch.sh``).
+CALL_FORMAT_FILE = "call_format.txt"
+
+
 def prepare_data(out_dir: str, call_format: str = "json", split_file: Optional[str] = None,
                  prompt_tokens: Optional[Callable[[list[str]], dict[str, int]]] = None,
                  max_prompt_length: Optional[int] = None) -> dict[str, Any]:
@@ -179,6 +187,10 @@ def prepare_data(out_dir: str, call_format: str = "json", split_file: Optional[s
             "agent_name": agent,
             "per_category": {c: per_cat.get(c, 0) for c in CATEGORIES},
         }
+    marker = os.path.join(out_dir, CALL_FORMAT_FILE)
+    with open(marker + ".tmp", "w", encoding="utf-8") as f:
+        f.write(call_format + "\n")
+    os.replace(marker + ".tmp", marker)
     return summary
 
 

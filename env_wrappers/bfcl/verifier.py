@@ -23,6 +23,7 @@ import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from . import faults
 from .backends import Backends
 from .isolation import timeout_text
 from .tasks import BFCLTask
@@ -134,6 +135,8 @@ _GT_LOCK = threading.Lock()
 
 def ground_truth_path(task: BFCLTask) -> _GroundTruthPath:
     """This task object's ground-truth path, run on first use and kept (see ``MAX_GROUND_TRUTH_PATHS``)."""
+    if faults.at("judge", "ground_truth", task.id) == "exit":
+        faults.die()
     key = id(task)
     with _GT_LOCK:
         hit = _GT_PATHS.get(key)
@@ -182,7 +185,8 @@ def _run_model_calls(backends: Backends, calls: list, timed_out: dict, call_time
     """Run the model's calls of one turn; a call the rollout recorded as stopped at its time limit is not
     run again (the isolated rollout dropped its effects: see ``isolation``) and gets the rollout's error.
 
-    ``on_call``, if given, is told ``where + (position,)`` before each call starts and None when it ended:
+    ``on_call``, if given, is told ``where + (position,)`` and the call before each call starts and None when
+    it ended:
     a judge worker reports it to the process that enforces the time limit (see ``isolated_verify``)."""
     if not timed_out and on_call is None:
         return backends.execute_many(calls)
@@ -193,7 +197,7 @@ def _run_model_calls(backends: Backends, calls: list, timed_out: dict, call_time
             out[i] = r
     else:
         for i in run:
-            on_call(where + (i,))
+            on_call(where + (i,), calls[i])
             out[i] = backends.execute(calls[i])
             on_call(None)
     for i, text in timed_out.items():
@@ -294,12 +298,45 @@ def verify(task: BFCLTask, decoded: list, strict_abstention: bool = False, attem
     return verdict
 
 
+@dataclass(frozen=True)
+class Judged:
+    """One judgement of a trajectory: the official verdict, the verdict under the training semantics and the
+    model path's outcomes. Never half-empty: both verdicts are always there (a judgement that could not finish
+    is :meth:`checker_error`, whose two verdicts are the same checker-error verdict), so no caller needs a
+    special case to read it."""
+
+    official: Verdict
+    verdict: Verdict
+    outcomes: list | None = None
+    #: Why the judgement as a whole could not finish ("" when it did; single turns may still hold errors).
+    error: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.official, Verdict) or not isinstance(self.verdict, Verdict):
+            raise TypeError("a judgement needs both verdicts")
+
+    @classmethod
+    def checker_error(cls, task: BFCLTask, decoded: list, why: str) -> "Judged":
+        """The judgement that could not finish: every turn a checker error carrying ``why``, no outcomes."""
+        why = why[:500] or "the judgement failed"
+        v = failed_verdict(task, decoded, why)
+        return cls(v, v, None, why)
+
+    @property
+    def failed(self) -> bool:
+        """Whether the judgement as a whole failed (no turn was judged)."""
+        return bool(self.error)
+
+    def __iter__(self):  # ``official, verdict, outcomes = judged`` reads as before
+        return iter((self.official, self.verdict, self.outcomes))
+
+
 def judge_job(task: BFCLTask, decoded: list, attempted: list, strict_abstention: bool,
               call_timeout_s: float | None, timed_out: list | None, want_outcomes: bool,
-              on_call=None) -> tuple:
-    """The official verdict and, with ``strict_abstention``, the training verdict of one trajectory:
-    ``(official, verdict, model_outcomes or None)``. One unit of work, so that a judge worker does it in
-    one request (``isolated_verify``); in-process with ``on_call=None``.
+              on_call=None) -> Judged:
+    """The official verdict and, with ``strict_abstention``, the training verdict of one trajectory, as a
+    :class:`Judged`. One unit of work, so that a judge worker does it in one request (``isolated_verify``);
+    in-process with ``on_call=None``.
 
     The strict verdict replays the trajectory a second time only when an abstention turn with an attempt
     comes before the official failure (otherwise both verdicts are the same)."""
@@ -312,7 +349,7 @@ def judge_job(task: BFCLTask, decoded: list, attempted: list, strict_abstention:
         if strict_fail is not None and (official.failed_turn is None or strict_fail < official.failed_turn):
             verdict = verify(task, decoded, strict_abstention=True, attempted=attempted,
                              call_timeout_s=call_timeout_s, timed_out=timed_out, on_call=on_call)
-    return official, verdict, outcomes
+    return Judged(official, verdict, outcomes)
 
 
 def failed_verdict(task: BFCLTask, decoded: list, why: str) -> Verdict:

@@ -11,7 +11,7 @@ import re
 
 from env_wrappers.episode import ToolBackend, decode_json_call
 from seal_verl.schema import check as check_arguments
-from seal_verl.trace import CallRecord
+from seal_verl.trace import PARSE_BAD_SYNTAX, CallRecord
 
 TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 MAX_CALL_CHARS = 2000
@@ -99,5 +99,9 @@ def render_call(call: dict) -> str:
 
 
 def decode_block(text: str) -> CallRecord:
-    """One ``<tool_call>`` block's text -> a :class:`CallRecord` (parsed, or why not)."""
-    return decode_json_call(text, canonical, MAX_CALL_CHARS)
+    """One ``<tool_call>`` block's text -> a :class:`CallRecord` (parsed, or why not). Nesting deeper than the
+    JSON parser's recursion allows (a few hundred brackets fit in a block) is a syntax error, not a crash."""
+    try:
+        return decode_json_call(text, canonical, MAX_CALL_CHARS)
+    except RecursionError:
+        return CallRecord(raw=text.strip()[:500], parse_status=PARSE_BAD_SYNTAX, parse_error="nested too deeply")

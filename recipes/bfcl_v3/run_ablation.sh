@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The paper's ablations of SEAL.
-#   ABLATION=no_env_side|no_reweighting|no_closed_loop BACKBONE=qwen2.5-7b bash recipes/bfcl_v3/run_ablation.sh [overrides...]
+#   ABLATION=no_env_side BACKBONE=qwen2.5-7b DATA_DIR=data/bfcl_v3 bash recipes/bfcl_v3/run_ablation.sh [overrides...]
+# ABLATION is one of no_env_side, no_reweighting, no_closed_loop; DATA_DIR as for run_seal.sh (see _launch.sh).
 set -euo pipefail
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/_launch.sh"
 case "${ABLATION:-}" in

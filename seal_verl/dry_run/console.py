@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+from seal_verl.cue_effect import short_line
+from seal_verl.interface import SHORT_NAMES
 
 _SHORT_LABELS = (("invalid_tool_call", "inv"), ("argument_mismatch", "arg"), ("state_mismatch", "state"),
                  ("recovery_failure", "recov"), ("missing_tool_call", "miss"), ("response_mismatch", "resp"),
                  ("spurious_tool_call", "spur"), ("pass", "pass"))
-_SHORT_KINDS = {"call_format": "fmt", "schema_constraints": "schema", "tool_affordance": "afford",
-                "error_recovery": "recov", "ask_or_abstain": "ask"}
 
 
 def _kinds(kinds: list[str]) -> str:
-    return ",".join(_SHORT_KINDS.get(k, k) for k in kinds) or "-"
+    return ",".join(SHORT_NAMES.get(k, k) for k in kinds) or "-"
 
 
 def header_line() -> str:
@@ -29,7 +29,15 @@ def format_row(row: dict) -> str:
                                                    "missing_tool_call"))
     return (f"{row['step']:>4}  {row['success_rate']:4.2f} |                   {labels} | "
             f"{_kinds(row['active_during']):<24} | {_kinds(row['active_next']):<24} | {rhos:<20} | "
-            f"{row['w_mean']:5.3f}+-{row['w_std']:5.3f}  | {row['cue_tokens_mean']:7.1f}")
+            f"{row['w_mean']:5.3f}+-{row['w_std']:5.3f}  | {row['cue_tokens_mean']:7.1f}"
+            + _effect(row.get("cue_effect")))
+
+
+def _effect(probe) -> str:
+    """`` | effect all +.25 [...] ...`` when the step ran the cue-effect probe."""
+    if not isinstance(probe, dict) or not probe.get("effects"):
+        return ""
+    return " | " + short_line(probe["effects"])
 
 
 def quiet_libraries() -> None:

@@ -15,6 +15,7 @@ from .console import format_row, header_line, quiet_libraries
 from .environments import DEFAULT_ENV, environment, loop_names
 from .plans import PlanBook, draw_plans, mix_at
 from .scripted_llm import ScriptedLLM
+from seal_verl.verl_glue.probe import CueEffectProbe
 from .verl_setup import (dataset_rows, hint_flags, load_batch, make_worker, reward_fn_path, tiny_model, verl_config,
                          write_agent_loop_yaml, write_parquet)
 
@@ -41,10 +42,16 @@ class DryRunConfig:
     preset: Optional[str] = None
     #: options of the reward function (reward.custom_reward_function.reward_kwargs), e.g. strict_abstention
     reward_kwargs: dict = field(default_factory=dict)
+    #: the scripted policy: "mix" draws each rollout's plan from the step's mix whatever the prompt says;
+    #: "cue_reader" passes whenever its first prompt carries a cue and draws from the mix otherwise (a policy
+    #: that cues help, for the cue-effect probe)
+    policy: str = "mix"
     seal: dict = field(default_factory=lambda: {
         "switches": {"env_side": True, "reweighting": True, "closed_loop": True},
         "weighting": {"n_conf": 4},  # few rollouts per step: dynamic rho trusts its statistics sooner
         "interface": {"on_threshold": 0.15, "off_threshold": 0.05, "patience": 2, "ema_beta": 0.5},
+        # the cue-effect probe, small: 2 tasks x 2 rollouts per condition every other step
+        "cue_effect": {"every": 2, "tasks": 2, "samples": 2, "max_rollouts": 28},
     })
 
 
@@ -81,7 +88,48 @@ class DryRun:
     """The closed loop for several steps (see the module docstring). ``run()`` returns the metric rows."""
 
     def __init__(self, cfg: DryRunConfig):
+        if cfg.policy not in ("mix", "cue_reader"):
+            raise ValueError(f"policy must be 'mix' or 'cue_reader', got {cfg.policy!r}")
         self.cfg = cfg
+
+    def _probe(self, probe, k: int, driver, llm, book, tasks: dict, train_ids: list, mix: dict, worker, config,
+               tokenizer, folder, train_loop: str, out: str, loop) -> dict:
+        """The cue-effect probe of step ``k`` when one is due (``verl_glue/probe.py``): the probe's rows through
+        the same agent-loop worker, plans drawn from the step's mix; its metrics ({} when none is due)."""
+        from seal_verl import run_folder as RF
+        from seal_verl.verl_glue import probe as P
+
+        plan = probe.plan_for(k, driver.state, train_ids)
+        if plan is None:
+            return {}
+        t0 = time.monotonic()
+        cfg = self.cfg
+        rng = random.Random(f"{cfg.seed}:probe:{k}")
+        llm.reset()
+        for tid in plan.tasks:
+            llm.queue(tid, draw_plans(book, tasks[tid], plan.samples * len(plan.runs), mix, rng, task_id=tid))
+        base = {r["extra_info"]["task_id"]: r for r in dataset_rows(plan.tasks, train_loop, "train", cfg.call_format,
+                                                                      cfg.env)}
+        params = P.sampling(probe.cfg, config.actor_rollout_ref.rollout)
+        rows = P.rows(plan, base, params, uid_prefix=f"p{k}-")
+        parquet = write_parquet([{c: v for c, v in r.items() if c != "uid"} for r in rows],
+                                os.path.join(out, RF.DRY_PROBE_BATCH))
+        batch = load_batch(parquet, config, tokenizer, plan.samples, uid_prefix=f"p{k}-")
+        gen = loop.run_until_complete(worker.generate_sequences(batch))
+        ntb = gen.non_tensor_batch
+        records, trace_rows = [], []
+        for i in range(len(gen)):
+            extras = {key: ntb[key][i] for key in ("acc", "score", "seal_labels", "seal_checker_error") if key in ntb}
+            uid = str(batch.non_tensor_batch["uid"][i])
+            rec = P.record(plan, uid, extras)
+            if rec is not None:
+                records.append(rec)
+                trace_rows.append(P.trace_row(rec, f"{uid}_{i}", plan, extras,
+                                              {"seal_cue_tokens": int(ntb["seal_cue_tokens"][i])}))
+        found = probe.finish(plan, records, driver)
+        folder.write_probe(k, trace_rows)
+        found["seal/cue_effect/seconds"] = time.monotonic() - t0
+        return found
 
     def _log(self, msg: str) -> None:
         if self.cfg.verbose:
@@ -111,13 +159,14 @@ class DryRun:
 
         from seal_verl.verl_glue.agent_loop import set_state_source
         from seal_verl.verl_glue.config import parse_seal_config
-        from seal_verl.verl_glue.driver import RUN_METRICS_FILE, RUN_VAL_FILE, RunFolder, SealDriver
+        from seal_verl import run_folder as RF
+        from seal_verl.verl_glue.driver import SealDriver, val_row
         from seal_verl.verl_glue.in_process import train_step
         from seal_verl.verl_glue.step import StepWriter
 
-        model = tiny_model(cfg.model or os.path.join(out, "model"))
+        model = tiny_model(cfg.model or os.path.join(out, RF.DRY_MODEL))
         train_loop, eval_loop = loop_names(cfg.env)
-        yaml_path = write_agent_loop_yaml(os.path.join(out, "agent_loops.yaml"), cfg.call_format, env=cfg.env,
+        yaml_path = write_agent_loop_yaml(os.path.join(out, RF.DRY_AGENT_LOOPS), cfg.call_format, env=cfg.env,
                                           max_tokens_per_turn=cfg.max_tokens_per_turn,
                                           max_cue_tokens=cfg.max_cue_tokens)
         seal_section, reward_kwargs = effective_settings(cfg)
@@ -135,14 +184,16 @@ class DryRun:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model)
-        llm = ScriptedLLM(tokenizer, tasks, default=lambda t: book.get(t, "pass"), env=cfg.env)
+        llm = ScriptedLLM(tokenizer, tasks, default=lambda t: book.get(t, "pass"), env=cfg.env,
+                          chooser=cue_reader(book) if cfg.policy == "cue_reader" else None)
+        probe = CueEffectProbe(seal_cfg)
         worker = make_worker(config, llm)
-        # The trainer's run-folder writer, so a dry run's folder reads exactly like a real run's.
-        folder = RunFolder(out)
+        # The trainer's run-folder writer, so a dry run's folder reads exactly like a real run's. A fresh run: the
+        # appended files start empty, and no step file of an earlier, longer run stays to be read as this run's
+        # (verl's checkpoints, which a dry run never writes, stay).
+        RF.clean(out, checkpoints=False)
+        folder = RF.RunFolder(out)
         writer = StepWriter(folder)
-        for name in (RUN_METRICS_FILE, RUN_VAL_FILE):  # a fresh run: the appended files start empty
-            if os.path.exists(folder.file(name)):
-                os.remove(folder.file(name))
         folder.write_config({"dry_run": {k: v for k, v in asdict(cfg).items()}, "seal": seal_cfg.to_dict(),
                              "reward_kwargs": reward_kwargs, "model": model})
         self._log(f"[dry-run] set-up {time.time() - t0:.1f} s (model {model})")
@@ -153,6 +204,8 @@ class DryRun:
             tqdm.write(header_line(), file=sys.stdout)
         for step in range(cfg.steps):
             ts = time.time()
+            probe_metrics = self._probe(probe, step + 1, driver, llm, book, tasks, split["train"], mix_at(step, cfg.steps),
+                                        worker, config, tokenizer, folder, train_loop, out, loop)
             task_ids = _pick_tasks(split["train"], cfg.tasks_per_step, step * cfg.tasks_per_step, cfg.env)
             rng = random.Random(f"{cfg.seed}:{step}")
             mix = mix_at(step, cfg.steps)
@@ -161,7 +214,7 @@ class DryRun:
             for tid in task_ids:
                 llm.queue(tid, draw_plans(book, tasks[tid], cfg.rollouts, mix, rng, task_id=tid))
             parquet = write_parquet(dataset_rows(task_ids, train_loop, "train", cfg.call_format, cfg.env),
-                                    os.path.join(out, "batch.parquet"))
+                                    os.path.join(out, RF.DRY_TRAIN_BATCH))
             batch = load_batch(parquet, config, tokenizer, cfg.rollouts, uid_prefix=f"s{step}-")
             gen = loop.run_until_complete(worker.generate_sequences(batch))
 
@@ -175,8 +228,9 @@ class DryRun:
                     f: rec["plan"].to_dict()[f] for f in ("target", "kind", "turns", "labels")}
             trace_rows = writer.write_traces(k, result.rollouts)
             row = writer.write_metrics(k, driver, trace_rows, seconds=round(time.time() - ts, 2),
-                                       metrics=result.metrics,
-                                       more={"tasks": task_ids, "mix": {k: round(v, 4) for k, v in mix.items()}})
+                                       metrics={**result.metrics, **probe_metrics},
+                                       more={"tasks": task_ids, "mix": {k: round(v, 4) for k, v in mix.items()},
+                                             "cue_effect": probe.take()})
             rows.append(row)
             bar.update(1)
             if cfg.verbose:
@@ -190,23 +244,33 @@ class DryRun:
             for tid in val_ids:
                 llm.queue(tid, [book.get(tasks[tid], "pass", tid)])
             parquet = write_parquet(dataset_rows(val_ids, eval_loop, "eval", cfg.call_format, cfg.env),
-                                    os.path.join(out, "val.parquet"))
+                                    os.path.join(out, RF.DRY_VAL_BATCH))
             batch = load_batch(parquet, config, tokenizer, 1, uid_prefix="val-")
             gen = loop.run_until_complete(worker.generate_sequences(batch))
             hints = hint_flags(gen, tokenizer)
-            folder.append_val([{
-                        "task_id": str(gen.non_tensor_batch["task_id"][i]),
-                        "agent_loop": str(gen.non_tensor_batch["seal_agent_loop"][i]),
-                        "score": float(gen.non_tensor_batch["score"][i]),
-                        "cue_tokens": int(gen.non_tensor_batch["seal_cue_tokens"][i]),
-                        "hint_in_text": hints[i],
-                        "trace": json.loads(gen.non_tensor_batch["seal_trace"][i]),
-                    } for i in range(len(gen))])
+            ntb = gen.non_tensor_batch
+            folder.append_val([val_row(
+                # validation after the last step, numbered as verl numbers the validation of a training run
+                global_step=cfg.steps, key=str(i), score=float(ntb["score"][i]), hint_in_text=hints[i],
+                reward_extras={k: ntb[k][i] for k in ("acc", "seal_labels", "seal_task_id") if k in ntb},
+                extra_fields={k: ntb[k][i] for k in ("task_id", "seal_agent_loop", "seal_cue_tokens", "seal_trace")})
+                for i in range(len(gen))])
             self._log(f"[dry-run] validation ({eval_loop} loop): {len(gen)} rollouts, cue tokens "
                       f"{sum(int(x) for x in gen.non_tensor_batch['seal_cue_tokens'])}, "
                       f"score {float(np.mean([float(s) for s in gen.non_tensor_batch['score']])):.2f}")
         self._log(f"[dry-run] {cfg.steps} steps in {time.time() - t0:.1f} s; run folder {out}")
         return rows
+
+
+def cue_reader(book: PlanBook):
+    """The ``cue_reader`` policy's choice for a new request: the passing plan when the first prompt carries a
+    cue, else nothing (the request takes its queued plan)."""
+    from env_wrappers.protocol import CUE_MARKER
+
+    def choose(task, prompt_text: str):
+        return book.get(task, "pass") if CUE_MARKER in prompt_text else None
+
+    return choose
 
 
 def run_dry(cfg: DryRunConfig) -> list[dict]:

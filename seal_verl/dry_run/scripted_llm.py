@@ -22,12 +22,15 @@ class ScriptedLLM:
     """
 
     def __init__(self, tokenizer, tasks: dict, default=None, eos_token: str = "<|im_end|>",
-                 env: Optional[str] = None):
+                 env: Optional[str] = None, chooser=None):
         self.tokenizer = tokenizer
         self.tasks = tasks
         self.env = env
         self._turn_texts: dict[str, list[str]] = {}
         self.default = default  # callable task -> Plan
+        #: callable (task, first prompt text) -> Plan or None, asked first for each new request: a policy
+        #: whose choice depends on what the prompt says (the cue-reading policy of the dry run)
+        self.chooser = chooser
         self.eos_id = tokenizer.convert_tokens_to_ids(eos_token)
         self._queues: dict[str, list[Plan]] = {}
         self._req: dict[str, dict] = {}
@@ -64,16 +67,20 @@ class ScriptedLLM:
             raise KeyError(f"scripted LLM: request {request_id!r} is for task {task_id!r}, which it was not given")
         task = self.tasks[task_id]
         st = self._req.get(request_id)
+        prompt_text = self.tokenizer.decode(list(prompt_ids), skip_special_tokens=False)
         if st is None:
             q = self._queues.get(task_id)
-            plan = q.pop(0) if q else (self.default(task) if self.default else None)
+            plan = self.chooser(task, prompt_text) if self.chooser is not None else None
+            if plan is None:
+                plan = q.pop(0) if q else (self.default(task) if self.default else None)
+            elif q:
+                q.pop(0)  # the queued plan this request would have taken is used up all the same
             if plan is None:
                 raise RuntimeError(f"no scripted plan for task {task_id}")
             st = {"plan": plan, "turn": -1, "step": 0, "texts": [], "ids": [], "turns": [], "max_tokens": []}
             self._req[request_id] = st
             self.records.append({"request_id": request_id, "task_id": task_id, "plan": plan, "texts": st["texts"],
                                  "ids": st["ids"], "turns": st["turns"], "max_tokens": st["max_tokens"]})
-        prompt_text = self.tokenizer.decode(list(prompt_ids), skip_special_tokens=False)
         turn = self._turn_of(task_id, task, prompt_text)
         if turn != st["turn"]:
             st["turn"], st["step"] = turn, 0

@@ -166,6 +166,26 @@ def task_id_of(kwargs: dict) -> str:
     return str(task_id)
 
 
+def probe_of(kwargs: dict) -> Optional[dict]:
+    """A probe row's ``{"condition", "kinds", "sampling"}`` (checked), or None for an ordinary row."""
+    from seal_verl.interface import check_kinds
+    from seal_verl.verl_glue.probe import PROBE_KEY, PROBE_SAMPLING
+
+    value = _plain(_row_extra_info(kwargs).get(PROBE_KEY))
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("condition"), str):
+        raise ValueError(f"extra_info.{PROBE_KEY} must be a mapping with a condition name, got {value!r:.200}")
+    kinds = value.get("kinds")
+    kinds = list(kinds.tolist() if isinstance(kinds, np.ndarray) else kinds or [])
+    sampling = value.get("sampling") or {}
+    if not isinstance(sampling, dict) or set(sampling) - set(PROBE_SAMPLING):
+        raise ValueError(f"extra_info.{PROBE_KEY}.sampling may set only {', '.join(PROBE_SAMPLING)}, got "
+                         f"{sampling!r:.200}")
+    return {"condition": value["condition"], "kinds": check_kinds(str(k) for k in kinds),
+            "sampling": {k: v for k, v in sampling.items() if v is not None}}
+
+
 def env_name_of(kwargs: dict, default: Optional[str]) -> str:
     """The environment of a dataset row: ``extra_info.env``, else ``default`` (the loop's)."""
     name = _plain(_row_extra_info(kwargs).get("env")) or default
@@ -349,6 +369,14 @@ class EnvAgentLoopBase(AgentLoopBase):
             meta["interface_global_step"] = payload.get("global_step")
         icfg = effective_interface_config(switches, seal_cfg.interface)
         interface: InterfaceState = state.interface
+        probe = probe_of(kwargs)
+        if probe is not None and switches.env_side and icfg.enabled:
+            # A cue-effect probe rollout: exactly the kinds its condition names, whatever Omega_t says.
+            from dataclasses import replace
+
+            interface = replace(interface, active={k: k in probe["kinds"] for k in interface.active})
+            icfg = replace(icfg, fixed_all_on=False)
+            meta["probe"] = probe["condition"]
         meta["interface_step"] = int(interface.step)
         meta["interface_active"] = sorted(k for k, on in interface.active.items() if on)
         if not switches.env_side or not icfg.enabled:
@@ -419,6 +447,9 @@ class EnvAgentLoopBase(AgentLoopBase):
     # Each handler returns the next state; the episode's running data lives in one _Rollout.
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+        probe = probe_of(kwargs) if self.training else None
+        if probe is not None:  # the probe samples like training (verl samples its validation rows greedily)
+            sampling_params = {**sampling_params, **probe["sampling"]}
         rollout = await self._start(kwargs)
         state = _State.PROMPTING
         while state is not _State.DONE:

@@ -28,7 +28,10 @@ REACHES: dict[str, str] = {
                             "TransferQueue), _compute_metrics(batch, metrics, timing_raw, global_steps, epoch) "
                             "(called after step(), the batch still in TransferQueue), _validate() (samples "
                             "partition 'val' from the replay buffer and clears it), _save_checkpoint() and "
-                            "_load_checkpoint() (global_steps is set when it returns)",
+                            "_load_checkpoint() (global_steps is set when it returns); the cue-effect probe "
+                            "(_seal_cue_probe) submits rows as _validate does (TransferQueue partition 'val', "
+                            "agent_loop_manager.generate_sequences, replay_buffer.sample) and, without reward "
+                            "workers, grades them with _compute_reward_colocate(batch) as _validate does",
     "omegaconf_root": "OmegaConf DictConfig._get_root() (private): the legacy compute_advantage receives "
                       "config.algorithm and SEAL needs the whole trainer config it belongs to (legacy.py)",
     "wrap_replay_buffer_sample": "PPOTrainer._validate calls self.replay_buffer.sample(partition_id='val')",

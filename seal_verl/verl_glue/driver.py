@@ -10,11 +10,10 @@ One ``SealDriver`` lives in the trainer process. Per training step it
 It also writes the state next to verl's checkpoint (``<global_step_N>/seal_state.json``) and reads it back
 on resume. No verl import here: the trainer glue passes in what it needs.
 
-With ``seal.run_dir`` set it keeps a run folder (:class:`RunFolder`), the layout ``seal-verl dry-run`` writes, so
-one reader serves a dry run and a real training run: ``state_step_{k}.json`` (written here, in ``end_step``),
-``traces_step_{k}.jsonl`` and ``metrics.jsonl`` (rows built by :func:`trace_row` / :func:`step_row`, written by
-the trainer glue, which has the batch), ``val_traces.jsonl`` and ``config.json``. ``k`` is the training step as
-verl counts it (``global_steps``, from 1), the number the console and the checkpoints (``global_step_k``) show.
+With ``seal.run_dir`` set it keeps a run folder (``seal_verl.run_folder``: the layout, its rows and the writer
+shared with ``seal-verl dry-run``). This module turns what the trainer has (reward extras, agent-loop fields,
+the states before and after the step) into those rows: :func:`trace_row`, :func:`val_row`, :func:`step_row`;
+the state file of each step is written here, in ``end_step``.
 """
 
 from __future__ import annotations
@@ -24,16 +23,18 @@ import logging
 import math
 import os
 import uuid
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
+from seal_verl import run_folder
 from seal_verl.atomic import FileContentError, atomic_write_text, read_json_object
+from seal_verl.run_folder import StepRow, TraceRow, ValRow
 from seal_verl.verl_glue.config import SealConfig
 from seal_verl.verl_glue import state_actor
 
 logger = logging.getLogger(__name__)
 
 #: File written into verl's ``global_step_N`` checkpoint folder.
-STATE_FILE = "seal_state.json"
+STATE_FILE = run_folder.CHECKPOINT_STATE
 ENVELOPE_FORMAT = 1
 
 
@@ -64,37 +65,10 @@ def resume_folder(trainer_cfg: Any, global_steps: int) -> Optional[str]:
 
 # ------------------------------------------------------------------------------------------------ run folder
 
-RUN_CONFIG_FILE = "config.json"
-RUN_METRICS_FILE = "metrics.jsonl"
-RUN_VAL_FILE = "val_traces.jsonl"
-
-
-def state_file_name(k: int) -> str:
-    return f"state_step_{int(k)}.json"
-
-
-def traces_file_name(k: int) -> str:
-    return f"traces_step_{int(k)}.jsonl"
-
-
-def _json_safe(value: Any) -> Any:
-    """Plain JSON types: numpy/torch scalars -> Python numbers, non-finite floats -> None, containers walked."""
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 0) == 0:
-        try:
-            value = value.item()
-        except (TypeError, ValueError):
-            return str(value)
-    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if hasattr(value, "tolist"):
-        return _json_safe(value.tolist())
-    return str(value)
+# The run folder's names, rows and writer live in ``seal_verl.run_folder``; the writer is named here too because
+# the step writer and the trainer glue reach it through the driver.
+RunFolder = run_folder.RunFolder
+_json_safe = run_folder.json_safe
 
 
 def _json_value(value: Any) -> Any:
@@ -119,63 +93,6 @@ def _float(value: Any, default: Optional[float] = None) -> Optional[float]:
     return out if math.isfinite(out) else default
 
 
-class RunFolder:
-    """The run folder of one run (``seal.run_dir``), in the layout ``seal-verl dry-run`` writes.
-
-    - ``config.json``: what ran (the trainer glue writes it at start-up; a resumed run rewrites it with
-      ``resumed_from_step``);
-    - ``state_step_{k}.json``: ``ClosedLoopState.to_dict()`` after training step ``k`` (verl's global step,
-      from 1; the state's ``step`` is ``k``: the number of closed-loop steps applied);
-    - ``traces_step_{k}.jsonl``: one row per rollout of step ``k`` (:func:`trace_row`);
-    - ``metrics.jsonl``: one row per step (:func:`step_row`), appended, so a run resumed into the same folder
-      continues the file;
-    - ``val_traces.jsonl``: one row per validation rollout, appended (every validation of the run, each row with
-      its ``global_step``).
-
-    Every file is written whole (temporary file + rename) or appended line by line with a flush.
-    """
-
-    def __init__(self, path: str):
-        self.path = os.path.abspath(path)
-        os.makedirs(self.path, exist_ok=True)
-
-    def file(self, name: str) -> str:
-        return os.path.join(self.path, name)
-
-    def write_config(self, info: dict) -> str:
-        path = self.file(RUN_CONFIG_FILE)
-        _atomic_write_json(path, _json_safe(info))
-        return path
-
-    def write_state(self, k: int, state: Any) -> str:
-        path = self.file(state_file_name(k))
-        state.save(path)
-        return path
-
-    def _write_lines(self, path: str, rows: Iterable[dict]) -> None:
-        text = "".join(json.dumps(_json_safe(row), allow_nan=False) + "\n" for row in rows)
-        atomic_write_text(path, text, prefix=".seal_run.")
-
-    def write_traces(self, k: int, rows: list[dict]) -> str:
-        path = self.file(traces_file_name(k))
-        self._write_lines(path, rows)
-        return path
-
-    def _append(self, name: str, rows: Iterable[dict]) -> str:
-        path = self.file(name)
-        with open(path, "a", encoding="utf-8") as fh:
-            for row in rows:
-                fh.write(json.dumps(_json_safe(row), allow_nan=False) + "\n")
-            fh.flush()
-        return path
-
-    def append_metrics(self, row: dict) -> str:
-        return self._append(RUN_METRICS_FILE, [row])
-
-    def append_val(self, rows: list[dict]) -> str:
-        return self._append(RUN_VAL_FILE, rows)
-
-
 def _profile_keys(reward_extras: dict) -> Optional[list]:
     """The turns' keys in the metrics' vocabulary (``correct_abstention`` for a pass on an abstention turn)."""
     from seal_verl.profile import profile_keys
@@ -193,7 +110,7 @@ def _profile_keys(reward_extras: dict) -> Optional[list]:
 def trace_row(*, step: int, global_step: int, key: str, uid: Any, reward_extras: dict, extra_fields: dict,
               w: float, advantage: Optional[float], hint_in_text: Optional[bool],
               tokens: Optional[dict] = None, grpo_advantage: Optional[float] = None,
-              advantage_range: Optional[tuple] = None, excluded: bool = False) -> dict:
+              advantage_range: Optional[tuple] = None, excluded: bool = False) -> TraceRow:
     """One rollout of a training step, as ``traces_step_{k}.jsonl`` holds it (the dry run's keys, ``plan`` None,
     plus ``global_step``, ``key``, ``category``, ``acc``, ``cue_count``, ``tokens``).
 
@@ -243,7 +160,7 @@ def trace_row(*, step: int, global_step: int, key: str, uid: Any, reward_extras:
 
 
 def val_row(*, global_step: int, key: str, reward_extras: dict, extra_fields: dict, score: Optional[float],
-            hint_in_text: Optional[bool], tokens: Optional[dict] = None) -> dict:
+            hint_in_text: Optional[bool], tokens: Optional[dict] = None) -> ValRow:
     """One validation rollout, as ``val_traces.jsonl`` holds it (the dry run's keys plus ``global_step``, ``key``,
     ``acc``, ``labels``, ``tokens``)."""
     trace = _json_value(extra_fields.get("seal_trace"))
@@ -263,9 +180,14 @@ def val_row(*, global_step: int, key: str, reward_extras: dict, extra_fields: di
 
 
 def step_row(*, step: int, global_step: int, state_before: Any, state_after: Any, rows: list[dict],
-             seconds: Optional[float], metrics: dict) -> dict:
+             seconds: Optional[float], metrics: dict, cue_effect: Optional[dict] = None) -> StepRow:
     """One ``metrics.jsonl`` row: the dry run's keys (``mix`` None) plus ``global_step``; ``metrics`` holds every
-    scalar the trainer logged for the step (``seal/...``, verl's ``timing_s/...``, ``training/...``, ...)."""
+    scalar the trainer logged for the step (``seal/...``, verl's ``timing_s/...``, ``training/...``, ...).
+
+    Args:
+        cue_effect: the step's cue effect, cue kind (or ``"all"``) -> ``run_folder.CueEffect``; stored as given
+            (``None`` when the step did not measure it).
+    """
     import statistics
 
     hist = state_after.history[-1] if state_after.history else {}
@@ -298,6 +220,7 @@ def step_row(*, step: int, global_step: int, state_before: Any, state_after: Any
         "cue_tokens_max": max(cues) if cues else 0,
         "seconds": None if seconds is None else round(float(seconds), 3),
         "metrics": {k: v for k, v in _json_safe(dict(metrics)).items() if isinstance(v, (int, float)) or v is None},
+        "cue_effect": None if cue_effect is None else _json_safe(dict(cue_effect)),
     }
 
 

@@ -35,6 +35,7 @@ from seal_verl.verl_glue import state_actor
 from seal_verl.verl_glue.advantage import SealWiringError, active_plan, rows_from_non_tensor_batch
 from seal_verl.verl_glue.config import SEAL_GRPO, check_run_config, estimator_name
 from seal_verl.verl_glue.driver import SealDriver, resume_folder
+from seal_verl.verl_glue.multinode import check_multinode
 from seal_verl.verl_glue.step import StepResult, StepWriter, data_proto_rollouts, seal_step, zero_excluded_rows
 
 logger = logging.getLogger(__name__)
@@ -167,6 +168,8 @@ def _seal_compute_data_metrics(original, *args, **kwargs):
 
 
 def _seal_load_checkpoint(original, self, *args, **kwargs):
+    if check_run_config(self.config) is not None:  # before verl reads a checkpoint, as the V1 trainer does
+        check_multinode(self.config)
     result = original(self, *args, **kwargs)
     forget(self.config)
     driver = driver_for(self.config)

@@ -40,6 +40,8 @@ from seal_verl.verl_glue import compat, state_actor
 from seal_verl.verl_glue.advantage import REQUIRED_FIELDS, SealWiringError, row_identities
 from seal_verl.verl_glue.config import SEAL_TRAINER_MODES, check_run_config, estimator_name
 from seal_verl.verl_glue.driver import SealDriver, resume_folder, val_row
+from seal_verl.verl_glue.multinode import check_multinode
+from seal_verl.verl_glue.probe import CueEffectProbe
 from seal_verl.verl_glue.step import StepWriter, seal_step
 
 logger = logging.getLogger(__name__)
@@ -94,11 +96,14 @@ class SealTrainerMixin:
 
     def __init__(self, config):
         seal_cfg = check_run_config(config)  # fail fast, before any worker starts
+        check_multinode(config)  # on more than one node: shared checkpoint folder, recipe files on every node
         super().__init__(config)
         # Behave exactly like the base mode wherever verl compares trainer_mode with "sync".
         compat.run_as_trainer_mode(self, self.seal_base_mode)
         self.seal_adv_estimator = estimator_name(self.config.algorithm.adv_estimator)
         self.seal = SealDriver(seal_cfg, actor=state_actor.actor_coordinates(config))
+        self.seal_probe = CueEffectProbe(seal_cfg)
+        self._seal_probe_index: dict | None = None
         #: TransferQueue key -> (uid, w, reward extras) of the current step's rollouts (for the run folder)
         self._seal_step_rows: dict = {}
 
@@ -191,9 +196,86 @@ class SealTrainerMixin:
 
     def step(self, metrics: dict, timing_raw: dict):
         self._seal_step_rows = {}
+        if self.seal_probe.runs:
+            import time
+
+            t0 = time.monotonic()
+            found = self._seal_cue_probe()
+            if found:
+                found["seal/cue_effect/seconds"] = time.monotonic() - t0
+            metrics.update(found)
         batch = super().step(metrics, timing_raw)
         metrics.update(self.seal.end_step(self.global_steps))
         return batch
+
+    # ------------------------------------------------------------------ cue-effect probe
+
+    def _seal_task_index(self) -> dict:
+        """Task id -> index of its row in the training dataset (read once)."""
+        if self._seal_probe_index is None:
+            infos = self.train_dataset.dataframe["extra_info"]
+            self._seal_probe_index = {}
+            for i, info in enumerate(infos):
+                tid = info.get("task_id") if isinstance(info, dict) else None
+                if tid is not None:
+                    self._seal_probe_index.setdefault(str(tid), i)
+        return self._seal_probe_index
+
+    def _seal_cue_probe(self) -> dict:
+        """The cue-effect probe of this step when one is due (``verl_glue/probe.py``): the current weights on
+        the probe's tasks under each condition, through the validation partition (never trained on), before
+        this step's own rollouts. Returns its ``seal/cue_effect/...`` metrics ({} when none is due)."""
+        import uuid
+
+        import transfer_queue as tq
+        from verl.utils import tensordict_utils as tu
+        from verl.utils.dataset.rl_dataset import collate_fn
+
+        from seal_verl.verl_glue import probe
+
+        step = int(self.global_steps)
+        if not self.seal_probe.due(step, self.seal.state):
+            return {}
+        index = self._seal_task_index()
+        plan = self.seal_probe.plan_for(step, self.seal.state, index)
+        if plan is None:
+            return {}
+        params = probe.sampling(self.seal.cfg.cue_effect, self.config.actor_rollout_ref.rollout)
+        base = {t: self.train_dataset[index[t]] for t in plan.tasks}
+        rows = probe.rows(plan, base, params, uid_prefix=f"seal-probe-{step}-{uuid.uuid4().hex[:8]}-")
+        batch_dict = collate_fn(rows)
+        batch_dict["uid"] = np.array([r["uid"] for r in rows], dtype=object)
+        batch_dict["__rollout_n__"] = np.array([plan.samples] * len(rows), dtype=object)
+        batch = tu.get_tensordict(batch_dict)
+        tu.assign_non_tensor_data(batch, "global_steps", self.global_steps)
+        tu.assign_non_tensor_data(batch, "validate", True)
+        tags = [{"is_prompt": True, "status": "pending", "global_steps": self.global_steps} for _ in rows]
+        tq.kv_batch_put(keys=list(batch["uid"]), partition_id="val", tags=tags)
+        self.agent_loop_manager.generate_sequences(batch)
+        out, _ = self.replay_buffer.sample(global_steps=self.global_steps, partition_id="val", batch_size=len(rows))
+        if self.reward_loop_manager.reward_loop_worker_handles is None:
+            self.checkpoint_manager.sleep_replicas()
+            out = self._compute_reward_colocate(out)
+            self.checkpoint_manager.update_weights()
+        records, trace_rows = [], []
+        if out.keys:
+            data = tq.kv_batch_get(keys=out.keys, partition_id=out.partition_id, select_fields=["extra_fields"])
+            for key, ef in zip(out.keys, _as_list(data["extra_fields"]), strict=True):
+                extras = _reward_extras(ef) or {}
+                uid = probe.uid_of_key(key)
+                rec = probe.record(plan, uid, extras)
+                if rec is not None:
+                    records.append(rec)
+                    trace_rows.append(probe.trace_row(rec, key, plan, extras, ef if isinstance(ef, dict) else {}))
+            tq.kv_clear(keys=out.keys, partition_id=out.partition_id)
+        before = set(self.seal.state.interface.retired)
+        found = self.seal_probe.finish(plan, records, self.seal)
+        if set(self.seal.state.interface.retired) != before:
+            self.seal.publish()  # this step's rollouts run without the retired kinds
+        if self.seal.run_folder is not None:
+            self.seal.run_folder.write_probe(step, trace_rows)
+        logger.info("cue-effect probe at step %s: %s", step, found)
+        return found
 
     # ------------------------------------------------------------------ run folder
 
@@ -250,7 +332,8 @@ class SealTrainerMixin:
                     metrics[f"agent_loop/{name}/sum"] = float(np.sum(values))
         writer = StepWriter(self.seal.run_folder)
         rows = writer.write_traces(k, rollouts)
-        writer.write_metrics(k, self.seal, rows, seconds=(timing_raw or {}).get("step"), metrics=metrics)
+        writer.write_metrics(k, self.seal, rows, seconds=(timing_raw or {}).get("step"), metrics=metrics,
+                             more={"cue_effect": self.seal_probe.take()})
         self._seal_step_rows = {}
 
     def _seal_sync_metrics(self, batch) -> dict:

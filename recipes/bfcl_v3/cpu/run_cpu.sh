@@ -10,13 +10,13 @@
 #   VARIANT=grpo STEPS=3 OUT=runs/cpu/grpo bash recipes/bfcl_v3/cpu/run_cpu.sh
 #   bash recipes/bfcl_v3/cpu/run_cpu.sh trainer.test_freq=2    # extra args: Hydra overrides
 #
-# The console shows a progress bar and one line per step; verl's whole output goes to OUT/main_ppo.log.
+# The console shows a progress bar and one line per step; verl's whole output goes to a log in OUT.
 #
 # Environment:
 #   VARIANT   seal (default) | grpo | no_env_side | no_reweighting | no_closed_loop   (recipe variant groups)
 #   STEPS     training steps, a positive integer (default 4)
-#   OUT       run dir (default runs/cpu/<variant>); gets data/, checkpoints/, main_ppo.log and the SEAL run
-#             folder: state_step_k.json, traces_step_k.jsonl, metrics.jsonl, val_traces.jsonl, config.json
+#   OUT       run dir (default runs/cpu/<variant>); gets data/, verl's checkpoints and log, and the SEAL run
+#             folder (its files are listed in seal_verl/run_folder.py)
 #   FORCE=1   replace the results of an earlier run in OUT (without it, a run into a used OUT stops)
 #   RESUME_FROM  a checkpoint folder (.../checkpoints/global_step_N) to resume from (model, optimizer,
 #             dataloader and the SEAL closed-loop state); STEPS then counts from the start of the first run
@@ -25,7 +25,9 @@
 #   SEED      the run's seed: vLLM's sampling seed and the data order (default 42, the recipe's); the warm start
 #             is the same for every seed, so runs of different seeds differ only in what the rollouts sample
 #   VERBOSE=1 show verl's whole output on the console too
-#   PREPARE_ONLY=1  stop after the model (warm start, cached) and the data: `make warm-starts` builds the cache ahead
+#   PREPARE_ONLY=1  stop after the model and the data
+#   REBUILD=1 build the warm start on this machine (cached in SEAL_CPU_MODELS) instead of using the shipped one,
+#             recipes/bfcl_v3/cpu/model (its build.json names the command and code that built it)
 #   SEAL_CPU_MODELS  cache of the tiny models (default <repo>/runs/cpu/models; tiny-random, tiny-random-ctx8192, tiny-warm)
 #   SEAL_CPU_MODEL   use this model folder as it is
 #   SEAL_CPU_VENV    the training venv (default <repo>/.venv-cpu-train; built with setup_cpu_train_env.sh if absent)
@@ -54,9 +56,6 @@ case "$WARM_START" in 0|1) ;; *) die "WARM_START must be 0 or 1, got '$WARM_STAR
 case "$VAL" in train|heldout) ;; *) die "VAL must be train or heldout, got '$VAL'" ;; esac
 [[ "$SEED" =~ ^[0-9]+$ ]] || die "SEED must be a non-negative integer, got '$SEED'"
 if [ -n "$RESUME_FROM" ] && [ ! -d "$RESUME_FROM" ]; then die "RESUME_FROM=$RESUME_FROM is not a folder"; fi
-if [ -z "$RESUME_FROM" ] && [ -e "$OUT/metrics.jsonl" -o -d "$OUT/checkpoints" ] && [ "${FORCE:-0}" != 1 ]; then
-  die "$OUT holds the results of an earlier run; pass FORCE=1 to replace them, or OUT=<another folder>"
-fi
 T0=$(date +%s)
 if [ ! -x "$PY" ]; then
   # The set-up's whole output (pip's) goes to a log next to the venv; the console gets its step lines.
@@ -75,12 +74,29 @@ if [ ! -x "$PY" ]; then
   fi
 fi
 T1=$(date +%s)
+# the run folder's files are named in one place (seal_verl/run_folder.py); the script asks it for them
+RUN_FOLDER=("$PY" -m seal_verl.run_folder)
+if [ -z "$RESUME_FROM" ] && [ "${FORCE:-0}" != 1 ] && "${RUN_FOLDER[@]}" used "$OUT"; then
+  die "$OUT holds the results of an earlier run; pass FORCE=1 to replace them, or OUT=<another folder>"
+fi
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
+LOG="$("${RUN_FOLDER[@]}" path "$OUT" log)"
+TIMING="$("${RUN_FOLDER[@]}" path "$OUT" timing)"
+CKPT="$("${RUN_FOLDER[@]}" path "$OUT" checkpoints)"
+PREPARED="$("${RUN_FOLDER[@]}" path "$OUT" prepare)"
 echo "[run-cpu] variant $VARIANT, $STEPS steps, seed $SEED, run dir $OUT"
 
 # 1. the model (cached in $MODELS; warm-started unless WARM_START=0) and the data (split_cpu.json)
 MODEL_ARGS=(--models-dir "$MODELS")
+SHIPPED="$HERE/model"
+if [ -z "${SEAL_CPU_MODEL:-}" ] && [ "${REBUILD:-0}" != 1 ] && [ "$WARM_START" != 0 ] && [ -f "$SHIPPED/build.json" ]; then
+  # the shipped warm start: the same weights on every machine; checked, then copied into the cache (runs write there)
+  mkdir -p "$MODELS"
+  SEAL_CPU_MODEL="$("$PY" -m seal_verl.shipped_models use "$SHIPPED" "$MODELS/tiny-warm-shipped")" || die \
+    "the shipped warm start $SHIPPED is damaged (see above); restore it with git or rebuild it: REBUILD=1"
+  echo "[run-cpu] model: the shipped warm start ($SHIPPED; REBUILD=1 builds one here instead)"
+fi
 if [ -n "${SEAL_CPU_MODEL:-}" ]; then MODEL_ARGS=(--model "$SEAL_CPU_MODEL"); fi
 if [ "$WARM_START" = 0 ]; then MODEL_ARGS+=(--no-warm-start); fi
 echo "[run-cpu] model and data (a warm start that is not cached yet takes a few minutes) ..."
@@ -98,7 +114,7 @@ if [ "$PREP_RC" != 0 ]; then
   echo "run-cpu: error: preparing the model and data failed; the whole output is in $OUT/prepare.log" >&2
   exit 1
 fi
-MODEL="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["model"])' "$OUT/prepare.json")"
+MODEL="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["model"])' "$PREPARED")"
 if [ "${PREPARE_ONLY:-0}" = 1 ]; then
   echo "[run-cpu] PREPARE_ONLY=1: model $MODEL and data in $OUT/data ready; no main_ppo run"
   exit 0
@@ -113,18 +129,17 @@ source "$HERE/cpu_env.sh"
 RESUME_ARGS=(trainer.resume_mode=disable)
 if [ -z "$RESUME_FROM" ]; then
   # a fresh run (FORCE=1 checked above): no run-folder files or checkpoints of an earlier run in OUT
-  rm -rf "$OUT/checkpoints" "$OUT"/state_step_*.json "$OUT"/traces_step_*.jsonl "$OUT/metrics.jsonl" \
-         "$OUT/val_traces.jsonl" "$OUT/config.json" "$OUT/timing.json"
+  "${RUN_FOLDER[@]}" clean "$OUT"
 else
   RESUME_FROM="$(cd "$RESUME_FROM" && pwd)"
   RESUME_ARGS=(trainer.resume_mode=resume_path "trainer.resume_from_path=$RESUME_FROM")
 fi
 
-# 3. verl's own launcher with the recipe config + the CPU overlay; its output goes to main_ppo.log, the console
+# 3. verl's own launcher with the recipe config + the CPU overlay; its output goes to $LOG, the console
 #    follows the run folder (seal_verl/run_watch.py)
 cd "$REPO"
 T2=$(date +%s)
-echo "[run-cpu] python -m verl.trainer.main_ppo (variant $VARIANT, $STEPS steps); verl's output: $OUT/main_ppo.log"
+echo "[run-cpu] python -m verl.trainer.main_ppo (variant $VARIANT, $STEPS steps); verl's output: $LOG"
 set +e
 "$PY" -m verl.trainer.main_ppo \
   --config-path="$RECIPE_DIR/config" --config-name=bfcl_v3 \
@@ -134,18 +149,18 @@ set +e
   actor_rollout_ref.model.path="$MODEL" \
   trainer.total_training_steps="$STEPS" \
   actor_rollout_ref.rollout.seed="$SEED" data.seed="$SEED" \
-  trainer.default_local_dir="$OUT/checkpoints" \
+  trainer.default_local_dir="$CKPT" \
   seal.run_dir="$OUT" \
   hydra.run.dir="$OUT/hydra" \
   ${VAL_ARGS[@]+"${VAL_ARGS[@]}"} \
   "${RESUME_ARGS[@]}" \
-  "$@" > "$OUT/main_ppo.log" 2>&1 &
+  "$@" > "$LOG" 2>&1 &
 PID=$!
 trap 'kill -INT $PID 2>/dev/null; wait $PID 2>/dev/null; echo "[run-cpu] interrupted; what was written stays in $OUT" >&2; exit 130' INT TERM
 if [ "${VERBOSE:-0}" = 1 ]; then
-  tail -n +1 -f "$OUT/main_ppo.log" --pid=$PID
+  tail -n +1 -f "$LOG" --pid=$PID
 else
-  "$PY" -m seal_verl.run_watch "$OUT" --steps "$STEPS" --pid $PID
+  "$PY" -m seal_verl.run_watch "$OUT" --log "$LOG" --steps "$STEPS" --pid $PID
 fi
 wait $PID
 RC=$?
@@ -153,13 +168,14 @@ trap - INT TERM
 set -e
 T3=$(date +%s)
 printf '{"variant": "%s", "steps": %s, "exit_code": %s, "venv_s": %s, "prepare_s": %s, "main_ppo_s": %s}\n' \
-  "$VARIANT" "$STEPS" "$RC" "$((T1 - T0))" "$((T2 - T1))" "$((T3 - T2))" > "$OUT/timing.json"
+  "$VARIANT" "$STEPS" "$RC" "$((T1 - T0))" "$((T2 - T1))" "$((T3 - T2))" > "$TIMING"
 if [ "$RC" != 0 ]; then
-  echo "[run-cpu] main_ppo failed (exit $RC); the end of $OUT/main_ppo.log:" >&2
-  grep -v -E 'Warning|warn\(' "$OUT/main_ppo.log" | tail -40 >&2
+  echo "[run-cpu] main_ppo failed (exit $RC); the end of $LOG:" >&2
+  grep -v -E 'Warning|warn\(' "$LOG" | tail -40 >&2
 fi
 echo "[run-cpu] main_ppo exit $RC; venv $((T1 - T0)) s, model+data $((T2 - T1)) s, main_ppo $((T3 - T2)) s; run dir $OUT"
 if [ "$RC" = 0 ]; then
-  echo "[run-cpu] check it: $PY recipes/bfcl_v3/cpu/check_run.py $OUT --steps $STEPS"
+  echo "[run-cpu] check it: $VENV/bin/seal-verl check $OUT --steps $STEPS"
+  echo "[run-cpu] report:   $VENV/bin/seal-verl report $OUT --out $OUT/report   (then open $OUT/report/report.html)"
 fi
 exit "$RC"

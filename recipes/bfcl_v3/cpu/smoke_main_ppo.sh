@@ -29,6 +29,7 @@ if [ ! -x "$PY" ]; then
   exit 2
 fi
 echo "[smoke] run dir: $RUN_DIR"
+LOG="$("$PY" -m seal_verl.run_folder path "$RUN_DIR" log)"  # the run scripts' log name, from one place
 T0=$(date +%s)
 
 # 1. tiny model + tokenizer (no download)
@@ -144,9 +145,9 @@ set +e
   trainer.default_local_dir="$RUN_DIR/checkpoints" \
   +ray_kwargs.ray_init.num_gpus=1 \
   +ray_kwargs.ray_init.num_cpus=16 \
-  "$@" 2>&1 | tee "$RUN_DIR/main_ppo.log"
+  "$@" 2>&1 | tee "$LOG"
 RC=${PIPESTATUS[0]}
 set -e
 T2=$(date +%s)
-echo "[smoke] main_ppo exit $RC; setup $((T1 - T0)) s, main_ppo $((T2 - T1)) s; log: $RUN_DIR/main_ppo.log"
+echo "[smoke] main_ppo exit $RC; setup $((T1 - T0)) s, main_ppo $((T2 - T1)) s; log: $LOG"
 exit "$RC"

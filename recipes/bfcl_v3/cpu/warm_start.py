@@ -16,8 +16,9 @@ is partly right, so that GRPO groups have reward variance and SEAL's weights mul
 2. **Fine-tuning with transformers' ``Trainer``.** The rows are already tokenized with their label masks, so the
    plain ``Trainer`` fits: TRL's ``SFTTrainer`` would re-render conversations with the chat template and lose the
    agent loop's token boundaries, and verl's SFT trainer needs torchrun and an FSDP device mesh, i.e. more CPU
-   plumbing for a 0.4M-parameter model. A few epochs leave the model partly right: it has seen each call once
-   per epoch and samples them with some error at temperature 1.
+   plumbing for a 0.4M-parameter model. Up to ``--epochs`` epochs (70 by default), each task leaving the mix once
+   its ground truth is likely enough (``fine_tune``'s stopping rule), leave the model partly right: it has seen
+   each call once per epoch and samples them with some error at temperature 1.
 3. **Pass rate before RL.** The same agent loop samples ``--samples`` rollouts per task from the fine-tuned model
    (transformers ``generate``, the recipe's rollout temperature and top-p), the real reward function grades
    them, and the per-task pass rate is printed and written to ``warm_start.json``.
@@ -421,11 +422,9 @@ def fine_tune(base: str, rows: list[dict], out_model: str, max_epochs: int, lr: 
 
 
 def _file_digest(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    from seal_verl.shipped_models import file_sha256
+
+    return file_sha256(path)
 
 
 def fingerprint(base: str, rows: list[dict], params: dict) -> str:
