@@ -78,6 +78,10 @@ CUE_KINDS: dict[str, CueKind] = {
 SHORT_NAMES: dict[str, str] = {CALL_FORMAT: "fmt", SCHEMA_CONSTRAINTS: "schema", TOOL_AFFORDANCE: "afford",
                                ERROR_RECOVERY: "recov", ASK_OR_ABSTAIN: "ask"}
 
+#: Largest value of ``patience`` and of the cue bounds: far beyond any use, and it keeps them 64-bit integers
+#: wherever they are logged or stored.
+MAX_COUNT = 1_000_000_000
+
 #: Smallest bound a cue may be given (``max_cue_chars``); shorter cues could not say anything useful.
 MIN_CUE_CHARS = 50
 
@@ -169,6 +173,8 @@ class InterfaceConfig:
             v = int(v)
             if v < lo:
                 raise ValueError(f"{name} must be >= {lo}, got {v}")
+            if v > MAX_COUNT:
+                raise ValueError(f"{name} must be <= {MAX_COUNT}, got {v}")
             setattr(self, name, v)
         if not (0.0 < self.ema_beta <= 1.0):
             raise ValueError(f"ema_beta must be in (0, 1], got {self.ema_beta}")

@@ -236,8 +236,17 @@ class StateFileError(ValueError):
     """A saved closed-loop state that cannot be used; the message is one line naming the field."""
 
 
+#: Largest step or streak a saved state may hold: any real run stays far below, and a larger number is damage
+#: that would otherwise be carried into the next save and into the metrics.
+_MAX_COUNT = 2**63 - 1
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_count(v: Any) -> bool:
+    return _is_int(v) and 0 <= v <= _MAX_COUNT
 
 
 def _is_number(v: Any) -> bool:
@@ -264,12 +273,12 @@ def _check_state_dict(d: Any) -> None:
     if not _is_int(version):
         raise bad("version", f"the integer {STATE_FORMAT_VERSION}", version)
     if version != STATE_FORMAT_VERSION:
-        raise StateFileError(f"the closed-loop state has format version {version}; this code reads version "
-                             f"{STATE_FORMAT_VERSION}")
+        raise StateFileError(f"field 'version': the closed-loop state has format version {str(version)[:20]}; this "
+                             f"code reads version {STATE_FORMAT_VERSION}")
     for key in ("step", "interface", "rho", "base_rho"):
         if key not in d:
             raise StateFileError(f"field {key!r} is missing from the closed-loop state")
-    if not _is_int(d["step"]) or d["step"] < 0:
+    if not _is_count(d["step"]):
         raise bad("step", "a non-negative integer", d["step"])
     iface = d["interface"]
     if not isinstance(iface, dict):
@@ -278,23 +287,26 @@ def _check_state_dict(d: Any) -> None:
     if unknown:
         raise StateFileError(f"unknown field(s) {unknown} in 'interface'")
     for key, check, what in (("active", lambda v: isinstance(v, bool), "true or false"),
-                             ("streak_below", lambda v: _is_int(v) and v >= 0, "a non-negative integer")):
+                             ("streak_below", _is_count, "a non-negative integer")):
         table = iface.get(key, {})
         if not isinstance(table, dict):
             raise bad(f"interface.{key}", "an object of cue kinds", table)
         for kind, v in table.items():
-            if kind not in CUE_KINDS:
+            if not isinstance(kind, str) or kind not in CUE_KINDS:
                 raise StateFileError(f"unknown cue kind {kind!r} in 'interface.{key}'; known kinds: "
                                      f"{', '.join(CUE_KINDS)}")
             if not check(v):
                 raise bad(f"interface.{key}.{kind}", what, v)
     retired = iface.get("retired", [])
-    if not isinstance(retired, list) or len(retired) > len(CUE_KINDS) or any(k not in CUE_KINDS for k in retired):
+    # each entry is checked to be a string before the lookup: a list or an object there is unhashable
+    if not isinstance(retired, list) or len(retired) > len(CUE_KINDS) \
+            or any(not isinstance(k, str) or k not in CUE_KINDS for k in retired):
         raise bad("interface.retired", "a list of cue kinds", retired)
     below = iface.get("effect_below", {})
-    if not isinstance(below, dict) or any(k not in CUE_KINDS or not _is_int(v) or v < 0 for k, v in below.items()):
+    if not isinstance(below, dict) or any(not isinstance(k, str) or k not in CUE_KINDS or not _is_count(v)
+                                          for k, v in below.items()):
         raise bad("interface.effect_below", "an object of cue kinds -> non-negative integers", below)
-    if "step" in iface and (not _is_int(iface["step"]) or iface["step"] < 0):
+    if "step" in iface and not _is_count(iface["step"]):
         raise bad("interface.step", "a non-negative integer", iface["step"])
     for key in ("rho", "base_rho"):
         table = d[key]

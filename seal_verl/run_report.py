@@ -361,7 +361,8 @@ def plot_cue_effect(run: Run, path: str) -> str:
         ax.errorbar(xs, ys, yerr=err, marker="o", ms=4, capsize=3, lw=1.4 if key == "all" else 1.0,
                     color="#222222" if key == "all" else None, label="whole interface" if key == "all" else key)
     ax.axhline(0.0, color="#888888", lw=0.8)
-    ax.set_ylim(-1.05, 1.05)
+    reach = max([0.25] + [abs(float(e[f])) for series in found.values() for _, e in series for f in ("lo", "hi")])
+    ax.set_ylim(-min(1.05, reach * 1.15), min(1.05, reach * 1.15))
     ax.set_xlabel("training step (probe)")
     ax.set_ylabel("reward with - without")
     ax.set_title(f"{run.name}: cue effect (same weights, same tasks; interval {_level(run)})")

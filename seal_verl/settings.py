@@ -12,6 +12,7 @@ Plain dataclasses and no verl import, so that the SEAL core stays usable without
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
@@ -48,13 +49,29 @@ class StateActorConfig:
         out = {}
         for name, amount in dict(self.resources or {}).items():
             if not isinstance(name, str) or not name or name in _BUILTIN_RESOURCES:
-                raise ValueError(f"{where}.resources: {name!r} is not a custom resource name")
-            if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not amount > 0:
-                raise ValueError(f"{where}.resources.{name} must be a positive number, got {amount!r}")
+                raise ValueError(f"{where}.resources: {name!r:.80} is not a custom resource name")
+            if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not 0 < amount < math.inf:
+                raise ValueError(f"{where}.resources.{name:.80} must be a positive finite number, got {amount!r:.80}")
             out[name] = float(amount)
         self.resources = out
         self.detached = bool(self.detached)
         return self
+
+
+#: Longest folder path accepted (Linux's PATH_MAX): a longer one fails only when the first step writes to it.
+_MAX_PATH = 4096
+
+
+def _check_folder(path: Optional[str], where: str) -> None:
+    """Refuse a folder name the first write of the run would fail on, hours after the start."""
+    if not path:  # null or "": no such folder
+        return
+    if not isinstance(path, str):
+        raise ValueError(f"{where} must be a folder name or null, got {path!r:.80}")
+    if "\x00" in path:
+        raise ValueError(f"{where} holds a NUL character: {path!r:.80}")
+    if len(path) > _MAX_PATH:
+        raise ValueError(f"{where} has {len(path)} characters; at most {_MAX_PATH}")
 
 
 @dataclass
@@ -93,6 +110,8 @@ class SealSettings:
             except (ValueError, TypeError) as exc:
                 raise ValueError(f"{where}.{name}: {exc}") from None
         self.state_actor.validate(f"{where}.state_actor")
+        for name in ("state_dir", "run_dir"):
+            _check_folder(getattr(self, name), f"{where}.{name}")
         return self
 
     @property

@@ -36,10 +36,15 @@ __all__ = [
 APPLY_TO: tuple[str, ...] = ("all", "positive", "negative")
 
 
+#: Largest count setting (``warmup_steps``, ``n_conf``): far beyond any run, and it keeps the value a 64-bit
+#: integer wherever it is logged or stored.
+MAX_COUNT = 1_000_000_000
+
+
 def _finite(name: str, value: Any) -> float:
     try:
         v = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ValueError(f"{name} must be a number, got {value!r}") from None
     if not math.isfinite(v):
         raise ValueError(f"{name} must be finite, got {v}")
@@ -100,6 +105,8 @@ class WeightingConfig:
         self.warmup_steps = int(self.warmup_steps)
         if self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.warmup_steps > MAX_COUNT:
+            raise ValueError(f"warmup_steps must be <= {MAX_COUNT}, got {self.warmup_steps}")
         self.dynamic = bool(self.dynamic)
         self.alpha = _finite("alpha", self.alpha)
         if self.alpha < 0:
@@ -112,10 +119,17 @@ class WeightingConfig:
         self.n_conf = int(self.n_conf)
         if self.n_conf < 1:
             raise ValueError(f"n_conf must be >= 1, got {self.n_conf}")
+        if self.n_conf > MAX_COUNT:
+            raise ValueError(f"n_conf must be <= {MAX_COUNT}, got {self.n_conf}")
+        clip = self.rho_clip
         try:
-            lo, hi = self.rho_clip
-        except (TypeError, ValueError):
-            raise ValueError(f"rho_clip must be a pair (low, high), got {self.rho_clip!r}") from None
+            n = len(clip)
+        except TypeError:
+            n = None
+        if n != 2 or isinstance(clip, (str, bytes, dict)):  # a huge list is named by its length, not quoted
+            shown = f"a {type(clip).__name__} of {n} entries" if n is not None and n > 8 else repr(clip)[:80]
+            raise ValueError(f"rho_clip must be a pair (low, high), got {shown}")
+        lo, hi = clip
         lo, hi = _finite("rho_clip[0]", lo), _finite("rho_clip[1]", hi)
         if not (tx.RHO_MIN <= lo <= hi <= tx.RHO_MAX):
             raise ValueError(

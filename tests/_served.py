@@ -31,8 +31,9 @@ def free_port() -> int:
 
 
 def checkpoint(venv: str, tmp_path_factory, max_model_len: int) -> str:
-    """The checkpoint to serve: ``SEAL_EVAL_MODEL_DIR``, else the CPU training run's warm-started model (made by
-    ``prepare_run.py``, reused from the model cache ``SEAL_CPU_MODELS`` when the training tests built it first)."""
+    """The checkpoint to serve: ``SEAL_EVAL_MODEL_DIR``, else the CPU training run's warm-started model: the shipped
+    one (``recipes/bfcl_v3/cpu/model``), copied into the model cache ``SEAL_CPU_MODELS`` and readied by
+    ``prepare_run.py`` (its position limits raised to ``max_model_len`` in the copy)."""
     explicit = os.environ.get("SEAL_EVAL_MODEL_DIR")
     if explicit:
         if not os.path.exists(os.path.join(explicit, "config.json")):
@@ -40,8 +41,12 @@ def checkpoint(venv: str, tmp_path_factory, max_model_len: int) -> str:
         return os.path.abspath(explicit)
     run = str(tmp_path_factory.mktemp("served") / "run")
     models = os.environ.get("SEAL_CPU_MODELS") or os.path.join(REPO, "runs", "cpu", "models")
+    from seal_verl.shipped_models import use
+
+    os.makedirs(models, exist_ok=True)
+    model = use(os.path.join(CPU_DIR, "model"), os.path.join(models, f"tiny-warm-served-{max_model_len}"))
     subprocess.run([os.path.join(venv, "bin", "python"), os.path.join(CPU_DIR, "prepare_run.py"), run,
-                    "--models-dir", models, "--max-model-len", str(max_model_len)],
+                    "--model", model, "--max-model-len", str(max_model_len)],
                    check=True, env=dict(os.environ, PYTHONPATH=REPO), cwd=REPO, timeout=1800)
     with open(os.path.join(run, "prepare.json")) as f:
         return json.load(f)["model"]

@@ -55,10 +55,36 @@ def parse_bool(value: Any, where: str) -> bool:
         raise SealConfigError(str(exc)) from None
 
 
+#: Most entries a table of the section may have (``weighting.rho`` has nine keys, ``state_actor.resources`` a
+#: few): a longer one is a mistake, and OmegaConf's merge of a table takes time in proportion to its size.
+MAX_TABLE_ENTRIES = 256
+
+#: Longest message a ``SealConfigError`` quotes in full; longer ones keep their start (the key) and end.
+_MAX_MESSAGE = 400
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters: a value in an error message, however large the value."""
+    if isinstance(value, (list, tuple, dict)) and len(value) > limit:
+        return f"a {type(value).__name__} of {len(value)} entries"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 3]}..."
+
+
+def _one_line(message: str) -> str:
+    """``message`` on one line and at most ``_MAX_MESSAGE`` characters, its start and end kept."""
+    text = " ".join(message.split())
+    if len(text) <= _MAX_MESSAGE:
+        return text
+    return f"{text[:250]} ... ({len(text) - 400} characters left out) ... {text[-150:]}"
+
+
 def _prepared(cls: type, d: dict, where: str) -> dict:
     """``d`` made ready for OmegaConf's merge: nulls dropped (the default applies), booleans read strictly
     (OmegaConf would take 1 and 0), strings kept strings (it would turn 3 into "3"), and a mapping where a
-    section or a table belongs. Unknown keys are left for OmegaConf to refuse."""
+    section or a table belongs. Checked here rather than by the merge, because the merge's messages do not
+    name the key or its cost grows with the value: a pair's length, a table's size, an integer too large
+    for a float, OmegaConf's "missing" marker. Unknown keys are left for OmegaConf to refuse."""
     hints = typing.get_type_hints(cls)
     out = {}
     for key, value in d.items():
@@ -69,19 +95,45 @@ def _prepared(cls: type, d: dict, where: str) -> dict:
         if tp is None:
             out[key] = value
             continue
+        if isinstance(value, str) and value == "???":  # OmegaConf would keep the default without a word
+            raise SealConfigError(f"{name} is ??? (a value left to fill in): set it, or null for the default")
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         base = args[0] if typing.get_origin(tp) is typing.Union and len(args) == 1 else tp
-        is_map = dataclasses.is_dataclass(base) or typing.get_origin(base) in (dict, typing.Dict)
+        origin = typing.get_origin(base)
+        is_map = dataclasses.is_dataclass(base) or origin in (dict, typing.Dict)
         if is_map and not isinstance(value, dict):
-            raise SealConfigError(f"{name} must be a mapping, got {type(value).__name__}: {value!r}")
+            raise SealConfigError(f"{name} must be a mapping, got {type(value).__name__}: {_shown(value)}")
         if dataclasses.is_dataclass(base):
             value = _prepared(base, value, name)
+        elif origin in (dict, typing.Dict):
+            if len(value) > MAX_TABLE_ENTRIES:
+                raise SealConfigError(f"{name} has {len(value)} entries; at most {MAX_TABLE_ENTRIES}")
+            value = {k: _number(v, f"{name}.{k}") for k, v in value.items()}
+        elif origin in (tuple, typing.Tuple):
+            n = len(typing.get_args(base))
+            if not isinstance(value, (list, tuple)) or len(value) != n:
+                raise SealConfigError(f"{name} must be a list of {n} numbers, got {_shown(value)}")
+            value = [_number(v, f"{name}[{i}]") for i, v in enumerate(value)]
         elif base is bool:
             value = parse_bool(value, name)
         elif base is str and not isinstance(value, str):
-            raise SealConfigError(f"{name} must be a string or null, got {value!r}")
+            raise SealConfigError(f"{name} must be a string or null, got {_shown(value)}")
+        elif base in (int, float):
+            value = _number(value, name)
         out[key] = value
     return out
+
+
+def _number(value: Any, name: str) -> Any:
+    """``value`` unchanged, unless it is an integer too large for a float (OmegaConf's conversion would raise
+    ``OverflowError`` with a message that names no key)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            float(value)
+        except OverflowError:
+            raise SealConfigError(f"{name} must be a finite number, got an integer of {len(str(value))} digits") \
+                from None
+    return value
 
 
 def _section_class(path: list[str]) -> type:
@@ -98,18 +150,27 @@ def parse_seal_config(node: Any) -> SealSettings:
         SealConfigError: unknown key at any level, wrong type, or a value the core's ``validate()`` rejects
             (its message is kept, prefixed with the key's section).
     """
-    d = to_plain(node)
+    try:
+        d = to_plain(node)
+    except Exception as exc:  # OmegaConf's interpolation errors, e.g. ${oc.env:VAR} of an unset variable
+        key = getattr(exc, "full_key", None)
+        where = f"seal.{key}" if key else "the seal section"
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SealConfigError(_one_line(f"{where}: {reason}")) from None
     if d is None:
         d = {}
     if not isinstance(d, dict):
-        raise SealConfigError(f"the seal section must be a mapping, got {type(d).__name__}: {d!r}")
+        raise SealConfigError(f"the seal section must be a mapping, got {type(d).__name__}: {_shown(d)}")
     try:
         key = json.dumps(d, sort_keys=True)
     except (TypeError, ValueError):
         key = None
     cached = _PARSED.get(key) if key is not None else None
     if cached is None:
-        cached = _parse_section(d)
+        try:
+            cached = _parse_section(d)
+        except SealConfigError as exc:
+            raise SealConfigError(_one_line(str(exc))) from None
         if key is not None:
             if len(_PARSED) >= _PARSED_MAX:
                 _PARSED.clear()
@@ -149,9 +210,10 @@ def _parse_section(d: dict) -> SealSettings:
         allowed = [f.name for f in dataclasses.fields(_section_class(path))]
         raise SealConfigError(f"unknown key(s) [{exc.key!r}] in {where}; allowed keys: {', '.join(allowed)}") \
             from None
-    except OmegaConfBaseException as exc:
+    except (OmegaConfBaseException, OverflowError, ValueError, TypeError) as exc:
+        key = getattr(exc, "full_key", None)
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise SealConfigError(f"seal.{exc.full_key}: {reason}") from None
+        raise SealConfigError(f"seal.{key}: {reason}" if key else f"the seal section: {reason}") from None
     try:
         return settings.validate("seal")
     except (ValueError, TypeError) as exc:

@@ -42,6 +42,12 @@ class SealResumeError(RuntimeError):
     """The checkpoint to resume from has no (or a mismatching) SEAL state."""
 
 
+def _shown(value: Any) -> str:
+    """A value read from a damaged file, short enough for a one-line message."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
 def _atomic_write_json(path: str, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=True), prefix=".seal_state.")
 
@@ -353,17 +359,20 @@ class SealDriver:
             env = read_json_object(path, "SEAL checkpoint state", temp_prefix=".seal_state.")
         except FileContentError as exc:
             raise SealResumeError(str(exc)) from None
-        if env.get("format") != ENVELOPE_FORMAT:
-            raise SealResumeError(f"{path}: unsupported format {env.get('format')!r}")
+        fmt = env.get("format")
+        if isinstance(fmt, bool) or fmt != ENVELOPE_FORMAT:  # True == 1 in Python; not in the file's format
+            raise SealResumeError(f"{path}: field 'format' is {_shown(fmt)}; this code reads format {ENVELOPE_FORMAT} "
+                                  "(a state written by another version of seal-verl)")
         step = env.get("global_step", -1)
         if isinstance(step, bool) or not isinstance(step, int) or step != int(expected_step):
             raise SealResumeError(
-                f"{path} holds the SEAL state of step {env.get('global_step')}, but the checkpoint is step {expected_step}"
+                f"{path}: field 'global_step' is {_shown(step)}, but the checkpoint is step {expected_step}"
             )
         saved_switches = env.get("switches")
         if saved_switches != self.cfg.switches_dict():
             logger.warning(
-                "SEAL switches differ from the resumed run: saved %s, now %s", saved_switches, self.cfg.switches_dict()
+                "SEAL switches differ from the resumed run: saved %s, now %s", _shown(saved_switches),
+                self.cfg.switches_dict()
             )
         try:
             self.state = ClosedLoopState.from_dict(env.get("state"))
