@@ -339,7 +339,7 @@ def read_rows(path: str) -> tuple[list[dict], list[Damage]]:
         cut = n == len(lines) and not line.endswith("\n")
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
             damage.append(Damage(path, n, "cut short (no end of line)" if cut else "not valid JSON", cut=cut))
             continue
         if isinstance(obj, dict):
@@ -358,7 +358,7 @@ def read_object(path: str) -> tuple[Optional[dict], Optional[Damage]]:
         return None, None
     except (OSError, UnicodeDecodeError) as exc:
         return None, Damage(path, None, f"cannot read it: {exc}")
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
         return None, Damage(path, None, "not valid JSON")
     if not isinstance(obj, dict):
         return None, Damage(path, None, "expected a JSON object")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -74,11 +75,13 @@ class Run:
         return "no accuracy recorded"
 
 
-def _rows(rows_and_damage: tuple[list, list], warnings: list) -> list[dict]:
-    """Rows read by ``run_folder``; damaged lines become warnings, or an error when nothing else is readable."""
+def _rows(rows_and_damage: tuple[list, list], warnings: list, strict: bool = True) -> list[dict]:
+    """Rows read by ``run_folder``; damaged lines become warnings, or (``strict``) an error when nothing else is
+    readable. Not strict for the files of which the report reads a part (one step's rollouts, the validation):
+    one of ten thousand trace files lost to a disk error costs its weights, not the report."""
     rows, damage = rows_and_damage
     bad = [d for d in damage if not d.cut]
-    if bad and not rows:
+    if strict and bad and not rows:
         raise ReportError(str(bad[0]))
     warnings += [f"skipped {d}" for d in damage]
     return rows
@@ -93,7 +96,9 @@ def _read_json(path: str) -> dict:
 
 def variant_name(config: dict) -> str:
     """SEAL, GRPO or an ablation, from the run's ``seal.switches`` (or its recipe's variant)."""
-    sw = ((config.get("seal") or {}).get("switches") or {})
+    seal = config.get("seal")
+    sw = seal.get("switches") if isinstance(seal, dict) else None
+    sw = sw if isinstance(sw, dict) else {}
     env, rw, loop = (bool(sw.get(k, True)) for k in ("env_side", "reweighting", "closed_loop"))
     recipe = str(config.get("variant") or "").lower()
     if recipe == "grpo" or (not env and not rw):
@@ -115,6 +120,107 @@ def _category(task_id: str) -> str:
     return str(task_id).rsplit("_", 1)[0]
 
 
+# ----------------------------------------------------------------------------------------- row checks
+# A row that parses as JSON can still hold anything in any field (a hand-edited file, a row of another tool, a
+# disk error inside a string). The plots and tables below read numbers, tables and lists; these checks make
+# every row hold exactly that, leaving out what does not fit with one warning per row, so that one odd field
+# costs that field, not the report.
+
+#: step-row fields that hold one number, and those that hold a table of numbers
+_STEP_NUMBERS = ("w_mean", "w_std", "w_min", "w_max", "success_rate", "cue_tokens_mean", "cue_tokens_max", "seconds")
+_STEP_TABLES = ("prevalence", "prevalence_ema", "rate", "rate_ema", "rho", "rho_used", "metrics")
+
+
+def _number(value) -> float | None:
+    """``value`` as a finite float, or None when it is not a (finite) number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        out = float(value)
+    except OverflowError:
+        return None
+    return out if math.isfinite(out) else None
+
+
+def _table(value) -> tuple[dict, bool]:
+    """The string-keyed finite numbers of ``value`` and whether anything else was in it."""
+    if not isinstance(value, dict):
+        return {}, True
+    kept = {k: _number(v) for k, v in value.items() if isinstance(k, str) and _number(v) is not None}
+    return kept, len(kept) != sum(1 for v in value.values() if v is not None)
+
+
+def _probe(value) -> tuple[dict | None, bool]:
+    """A step's cue-effect summary with only the effects whose difference and interval are numbers."""
+    if not isinstance(value, dict):
+        return None, True
+    out, bad = dict(value), False
+    if "confidence" in out and _number(out["confidence"]) is None:
+        out.pop("confidence")
+        bad = True
+    effects = value.get("effects")
+    kept = {}
+    for key, e in (effects.items() if isinstance(effects, dict) else ()):
+        cell = {f: _number(e.get(f)) for f in ("diff", "lo", "hi", "with", "without")} if isinstance(e, dict) else {}
+        if not isinstance(key, str) or any(cell.get(f) is None for f in ("diff", "lo", "hi")):
+            bad = True
+            continue
+        bad = bad or any(e.get(f) is not None and cell[f] is None for f in ("with", "without"))
+        kept[key] = dict(e, **cell)
+    out["effects"] = kept
+    return out, bad or not isinstance(effects, dict) and effects is not None
+
+
+def _clean_step(row: dict, where: str, warnings: list) -> dict:
+    """``row`` (a step row with an integer ``step``) with every field of the wrong kind left out or emptied."""
+    out, bad = dict(row), []
+    for key in _STEP_NUMBERS:
+        if row.get(key) is not None and _number(row[key]) is None:
+            out[key] = None
+            bad.append(key)
+    out["metrics"] = {}  # every plot reads it
+    for key in _STEP_TABLES:
+        if row.get(key) is not None:
+            out[key], wrong = _table(row[key])
+            bad += [key] if wrong else []
+    for key in ("active_during", "active_next"):
+        v = row.get(key)
+        if v is not None and not (isinstance(v, list) and all(isinstance(k, str) for k in v)):
+            out[key] = [k for k in v if isinstance(k, str)] if isinstance(v, list) else []
+            bad.append(key)
+    if "global_step" in row and not _is_int(row["global_step"]):
+        out.pop("global_step")
+        bad += [] if row["global_step"] is None else ["global_step"]
+    if row.get("cue_effect") is not None:
+        out["cue_effect"], wrong = _probe(row["cue_effect"])
+        bad += ["cue_effect"] if wrong else []
+    if bad:
+        warnings.append(f"{where}: step {row['step']}: left out what is not of its kind in {', '.join(bad)}")
+    return out
+
+
+def _scores(scores: dict, where: str, warnings: list) -> dict:
+    """``scores.json`` with only the categories whose accuracy is in [0, 1] and whose count is an integer."""
+    cats = {}
+    for c, v in scores["categories"].items():
+        acc = _number(v.get("accuracy")) if isinstance(v, dict) else None
+        n = v.get("n") if isinstance(v, dict) else None
+        if isinstance(c, str) and acc is not None and 0.0 <= acc <= 1.0 and _is_int(n) and n >= 0:
+            cats[c] = dict(v, accuracy=acc, n=n)
+        else:
+            warnings.append(f"skipped {where}: category {str(c)[:60]!r}: accuracy and n are not a share and a count")
+    protocol = scores.get("protocol")
+    return dict(scores, categories=cats, protocol=protocol if isinstance(protocol, dict) else {})
+
+
+def _label_row(row: dict) -> dict:
+    """A ``labels.jsonl`` row with a string category and id and a list of string labels."""
+    labels = row.get("labels")
+    return dict(row, labels=[x for x in labels if isinstance(x, str)] if isinstance(labels, list) else [],
+                category=row.get("category") if isinstance(row.get("category"), str) else None,
+                id=str(row.get("id", "")))
+
+
 def load_run(path: str, name: str | None = None) -> Run:
     """Read one run folder (training, dry run or eval)."""
     if not os.path.isdir(path):
@@ -124,9 +230,10 @@ def load_run(path: str, name: str | None = None) -> Run:
         scores = _read_json(os.path.join(path, "scores.json"))
         if not isinstance(scores.get("categories"), dict):
             raise ReportError(f"{os.path.join(path, 'scores.json')}: field 'categories' missing")
-        run = Run(name=name, path=path, kind="eval", eval_scores=scores)
-        run.eval_labels = _rows(RF.read_rows(os.path.join(path, "labels.jsonl")), run.warnings)
-        run.variant = str(scores.get("protocol", {}).get("model") or "")
+        run = Run(name=name, path=path, kind="eval")
+        run.eval_scores = _scores(scores, os.path.join(path, "scores.json"), run.warnings)
+        run.eval_labels = [_label_row(r) for r in _rows(RF.read_rows(os.path.join(path, "labels.jsonl")), run.warnings)]
+        run.variant = str(run.eval_scores["protocol"].get("model") or "")
         return run
     if not any(os.path.exists(os.path.join(path, f)) for f in (RF.METRICS, RF.VALIDATION)):
         raise ReportError(f"{path}: neither a training run folder ({RF.METRICS}, {RF.VALIDATION}) "
@@ -136,18 +243,26 @@ def load_run(path: str, name: str | None = None) -> Run:
     steps = _rows(RF.read_steps(path), run.warnings)
     run.warnings += [f"skipped {os.path.join(path, RF.METRICS)}: a step row without a step number"
                      for r in steps if not _is_int(r.get("step"))]
-    run.steps = sorted((r for r in steps if _is_int(r.get("step"))), key=lambda r: r["step"])
+    metrics_file = os.path.join(path, RF.METRICS)
+    run.steps = sorted((_clean_step(r, metrics_file, run.warnings) for r in steps if _is_int(r.get("step"))),
+                       key=lambda r: r["step"])
     for k in RF.step_files(path).traces:
-        run.weights[k] = [float(r["w"]) for r in _rows(RF.read_traces(path, k), run.warnings)
-                          if isinstance(r.get("w"), (int, float))]
-    last_step = max((int(r.get("global_step", r.get("step", 0) + 1)) for r in run.steps), default=0)
+        run.weights[k] = [w for w in (_number(r.get("w")) for r in _rows(RF.read_traces(path, k), run.warnings, strict=False))
+                          if w is not None]
+    last_step = max((r.get("global_step", r["step"] + 1) for r in run.steps), default=0)
     val: dict = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-    for r in _rows(RF.read_validation(path), run.warnings):
-        step = int(r["global_step"]) if r.get("global_step") is not None else last_step
+    val_file = os.path.join(path, RF.VALIDATION)
+    for r in _rows(RF.read_validation(path), run.warnings, strict=False):
         acc = r.get("acc") if r.get("acc") is not None else r.get("score")
-        cell = val[step][_category(r.get("task_id", ""))]
+        acc = float(acc) if isinstance(acc, bool) else 0.0 if acc is None else _number(acc)
+        step = r.get("global_step")
+        if acc is None or not (step is None or _is_int(step)):
+            run.warnings.append(f"skipped {val_file}: a row of task {str(r.get('task_id'))[:60]!r} whose "
+                                "score or global_step is not a number")
+            continue
+        cell = val[last_step if step is None else step][_category(r.get("task_id", ""))]
         cell[0] += 1
-        cell[1] += int(float(acc or 0) >= 1.0)
+        cell[1] += int(acc >= 1.0)
     run.validation = {s: dict(c) for s, c in sorted(val.items())}
     return run
 
@@ -335,8 +450,12 @@ def cue_effect_rows(runs: list[Run]) -> list[list[str]]:
         for key, series in sorted(cue_effects(run).items(), key=lambda kv: (kv[0] != "all", kv[0])):
             step, e = series[-1]
             rows.append([run.name, key, str(len(series)), f"{e['diff']:+.2f} [{e['lo']:+.2f}, {e['hi']:+.2f}] (step {step})",
-                         f"{float(e.get('with', 0)):.2f}", f"{float(e.get('without', 0)):.2f}"])
+                         _share(e.get("with")), _share(e.get("without"))])
     return rows
+
+
+def _share(value) -> str:
+    return "-" if value is None else f"{float(value):.2f}"
 
 
 CUE_EFFECT_HEADER = ["run", "cue", "probes", "last effect [interval]", "reward with", "reward without"]
@@ -499,6 +618,21 @@ def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name) or "run"
 
 
+def _drawn(run: Run, plots: list) -> list[str]:
+    """The PNGs of ``plots`` (``(function, path)``) that could be drawn. Numbers that are valid but absurd (a
+    weight of 1e308 in a hand-edited row) can make matplotlib fail; that figure is then left out with a warning
+    and the rest of the report is written."""
+    done = []
+    for draw, path in plots:
+        try:
+            done.append(draw(run, path))
+        except (ValueError, OverflowError, ArithmeticError, MemoryError) as exc:
+            _plt().close("all")
+            run.warnings.append(f"left out {os.path.basename(path)}: matplotlib could not draw it "
+                                f"({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})")
+    return done
+
+
 @dataclass
 class Report:
     html: str
@@ -522,15 +656,15 @@ def build_report(paths: list[str], out: str, names: list[str] | None = None) -> 
     for run in runs:
         stem = os.path.join(out, _safe(run.name))
         if run.kind == "eval":
-            figs = [plot_eval(run, stem + "_eval.png")]
+            figs = _drawn(run, [(plot_eval, stem + "_eval.png")])
             detail = f"<p>{html.escape(run.source())}</p>"
         else:
             figs = []
             if run.steps:
-                figs = [plot_prevalence(run, stem + "_prevalence.png"), plot_interface(run, stem + "_interface.png"),
-                        plot_weights_reward(run, stem + "_weights_reward.png")]
-                if cue_effects(run):
-                    figs.append(plot_cue_effect(run, stem + "_cue_effect.png"))
+                figs = _drawn(run, [(plot_prevalence, stem + "_prevalence.png"),
+                                    (plot_interface, stem + "_interface.png"),
+                                    (plot_weights_reward, stem + "_weights_reward.png")]
+                              + ([(plot_cue_effect, stem + "_cue_effect.png")] if cue_effects(run) else []))
             detail = (f"<p>{len(run.steps)} training step(s), {sum(len(w) for w in run.weights.values())} rollouts; "
                       f"accuracy: {html.escape(run.source())}</p>")
         pngs += figs
