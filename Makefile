@@ -108,10 +108,13 @@ diagnose-demo: venv
 	$(VENV)/bin/seal-verl diagnose runs/demo/results.jsonl --out runs/demo/labels.jsonl --plot runs/demo/labels.png --force
 
 bench: venv
-	$(PY) bench/bench_verifier.py
+	$(PY) -m bench.bench_verifier
 
 # Both warm starts (the BFCL CPU split's tiny-warm, the ledger's ledger-mix) built from scratch on this machine,
-# into the model cache (runs/cpu/models). The runs use the shipped copies (recipes/*/model) unless REBUILD=1.
+# into the model cache (runs/cpu/models). The runs use the shipped copies (recipes/*/model) unless REBUILD=1. Each
+# run script's preparation calls the warm start of the seal_verl.warm_start package: bfcl_cpu (through
+# prepare_run.py, from tiny-random-ctx8192), and ledger_stages (through prepare_ledger.py: four ledger stages, then
+# ledger_mix).
 warm-starts: cpu-env
 	REBUILD=1 PREPARE_ONLY=1 OUT=runs/cpu/prepare bash recipes/bfcl_v3/cpu/run_cpu.sh
 	REBUILD=1 PREPARE_ONLY=1 OUT=runs/ledger/prepare bash recipes/ledger_cpu/run_ledger.sh
@@ -120,14 +123,16 @@ warm-starts: cpu-env
 # every file, this command, the git commit and library versions that built it). Commit the two folders after.
 ship-warm-starts: warm-starts
 	.venv-cpu-train/bin/python -m seal_verl.shipped_models ship runs/cpu/models/tiny-warm recipes/bfcl_v3/cpu/model \
-	  --command "make ship-warm-starts"
+	  --command "make ship-warm-starts" \
+	  --note "BFCL CPU split (recipes/bfcl_v3/cpu/split_cpu.json): tiny-random-ctx8192 fine-tuned on the training tasks' ground-truth trajectories (seal_verl.warm_start.bfcl_cpu)"
 	.venv-cpu-train/bin/python -m seal_verl.shipped_models ship runs/cpu/models/ledger-mix recipes/ledger_cpu/model \
-	  --command "make ship-warm-starts"
+	  --command "make ship-warm-starts" \
+	  --note "ledger environment: tiny-random fine-tuned in four supervised stages and the mixed stage (seal_verl.warm_start.ledger_stages)"
 
 # the ledger learning benchmark: GRPO, SEAL, no_env_side, no_reweighting x 3 seeds (resumes finished runs)
 bench-learning: venv cpu-env
-	.venv-cpu-train/bin/python bench/bench_learning.py --steps $(LEARN_STEPS) --jobs $(LEARN_JOBS) --no-plot
-	$(PY) bench/bench_learning.py --steps $(LEARN_STEPS) --plot-only
+	.venv-cpu-train/bin/python -m bench.bench_learning --steps $(LEARN_STEPS) --jobs $(LEARN_JOBS) --no-plot
+	$(PY) -m bench.bench_learning --steps $(LEARN_STEPS) --plot-only
 
 # 2 SEAL steps of the ledger benchmark through main_ppo, and its resume (about 5 min), from the shipped ledger warm
 # start; LEDGER_MODEL=<model folder> runs them on that model instead.

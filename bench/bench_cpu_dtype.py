@@ -13,8 +13,8 @@ one process, what that costs on the machine at hand:
 Each case runs ``--repeats`` times, alternating, and the fastest run counts. Prints the times and their ratios;
 absolute times vary between machines, the ratios are the point.
 
-    .venv/bin/python bench/bench_cpu_dtype.py                # 2 sequences of 2048 tokens
-    .venv/bin/python bench/bench_cpu_dtype.py --tokens 6144  # a BFCL first prompt and its trajectory
+    .venv/bin/python -m bench.bench_cpu_dtype                # 2 sequences of 2048 tokens
+    .venv/bin/python -m bench.bench_cpu_dtype --tokens 6144  # a BFCL first prompt and its trajectory
 """
 
 from __future__ import annotations
@@ -22,13 +22,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
 
 def _cpu_flags() -> str:

@@ -18,10 +18,10 @@ number of live workers and the summed memory (private memory of the workers, sam
 the per-call latency (each step's time divided by its calls; percentiles, against the same rollouts run one
 at a time), and what is left after ``pool().shutdown()`` (worker processes of this process: must be none).
 
-    python bench/bench_isolation.py            # 200 tasks (all categories), limit check included
-    python bench/bench_isolation.py --quick    # 40 tasks, no 10 s limit check
-    python bench/bench_isolation.py --concurrent               # 32 tasks x 8 rollouts at once
-    python bench/bench_isolation.py --concurrent --group 8x4   # smaller: 8 tasks x 4 rollouts
+    python -m bench.bench_isolation            # 200 tasks (all categories), limit check included
+    python -m bench.bench_isolation --quick    # 40 tasks, no 10 s limit check
+    python -m bench.bench_isolation --concurrent               # 32 tasks x 8 rollouts at once
+    python -m bench.bench_isolation --concurrent --group 8x4   # smaller: 8 tasks x 4 rollouts
 """
 
 from __future__ import annotations
@@ -34,15 +34,12 @@ import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 os.environ.setdefault("BFCL_PROJECT_ROOT", tempfile.mkdtemp(prefix="bfcl-bench-"))
 
-from env_wrappers.bfcl import calls as calls_mod  # noqa: E402
-from env_wrappers.bfcl.env import BFCLEnv  # noqa: E402
-from env_wrappers.bfcl.perturb import ground_truth_steps  # noqa: E402
-from env_wrappers.bfcl.tasks import CATEGORIES, load_tasks  # noqa: E402
+from env_wrappers.bfcl.environment import calls as calls_mod  # noqa: E402
+from env_wrappers.bfcl.environment.env import BFCLEnv  # noqa: E402
+from env_wrappers.bfcl.environment.perturb import ground_truth_steps  # noqa: E402
+from env_wrappers.bfcl.environment.tasks import CATEGORIES, load_tasks  # noqa: E402
 
 
 def _render(step: list) -> str:
@@ -158,7 +155,7 @@ def concurrent_check(chosen: list, per_task: int) -> None:
     """``per_task`` rollouts of every task in ``chosen`` at once (see the module docstring)."""
     import concurrent.futures
 
-    from env_wrappers.bfcl import isolation
+    from env_wrappers.bfcl.sandbox import pool as sandbox_pool
 
     cases = [(t, rollout_messages(t)) for t in chosen] * per_task
     n = len(cases)
@@ -184,7 +181,7 @@ def concurrent_check(chosen: list, per_task: int) -> None:
         return lat, broken
 
     sequential = [x for t, m in cases[:len(chosen)] for x in steps_of(t, m)[0]]
-    isolation.pool().shutdown()
+    sandbox_pool.pool().shutdown()
     peak = {"workers": 0, "private": 0.0, "parent": 0.0}
     stop = threading.Event()
 
@@ -211,8 +208,8 @@ def concurrent_check(chosen: list, per_task: int) -> None:
     sampler.join()
     lat = [x for r, _ in results for x in r]
     broken = sum(1 for _, b in results if b)
-    idle = isolation.pool().idle_memory()
-    isolation.pool().shutdown()
+    idle = sandbox_pool.pool().idle_memory()
+    sandbox_pool.pool().shutdown()
     deadline = time.monotonic() + 10
     while _worker_pids() and time.monotonic() < deadline:
         time.sleep(0.1)

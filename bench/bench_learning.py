@@ -1,9 +1,9 @@
 """The learning benchmark: GRPO, SEAL and two ablations on the ledger environment, several seeds, CPU.
 
     make bench-learning      # the runs in .venv-cpu-train, the figure with .venv (matplotlib)
-    .venv-cpu-train/bin/python bench/bench_learning.py [--steps 20] [--seeds 1 2 3] [--variants grpo seal ...]
-    .venv/bin/python bench/bench_learning.py --plot-only
-    .venv-cpu-train/bin/python bench/bench_learning.py --jobs 2 ...   # two runs side by side (make bench-learning)
+    .venv-cpu-train/bin/python -m bench.bench_learning [--steps 20] [--seeds 1 2 3] [--variants grpo seal ...]
+    .venv/bin/python -m bench.bench_learning --plot-only
+    .venv-cpu-train/bin/python -m bench.bench_learning --jobs 2 ...   # two runs side by side (make bench-learning)
 
 Each run is ``recipes/ledger_cpu/run_ledger.sh`` (verl's ``main_ppo`` with the recipe's variant groups, the CPU
 overlay and the ledger overlay) from the same warm-started tiny model, with the seed setting the data order and

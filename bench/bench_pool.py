@@ -1,4 +1,4 @@
-"""Benchmark: the tool-worker pool's limits, in numbers (see ``env_wrappers/bfcl/isolation.py``).
+"""Benchmark: the tool-worker pool's limits, in numbers (see ``env_wrappers/bfcl/sandbox/``).
 
 1. release cost: the time to hand a worker back after a short rollout (reset, cyclic garbage collection,
    the allocator's free pages back to the system, the memory check), per rollout;
@@ -9,8 +9,8 @@
 5. a huge result: ``find`` below nested directories with long names (``--huge-chars`` characters of
    result): the time of the step and this process's peak resident memory.
 
-    python bench/bench_pool.py
-    python bench/bench_pool.py --huge-chars 360000000   # the size of the finding (the worker needs ~2 GB)
+    python -m bench.bench_pool
+    python -m bench.bench_pool --huge-chars 360000000   # the size of the finding (the worker needs ~2 GB)
 """
 
 from __future__ import annotations
@@ -20,18 +20,15 @@ import json
 import os
 import resource
 import signal
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 os.environ.setdefault("BFCL_PROJECT_ROOT", tempfile.mkdtemp(prefix="bfcl-bench-"))
 
-from env_wrappers.bfcl import isolation  # noqa: E402
-from env_wrappers.bfcl.env import BFCLEnv  # noqa: E402
-from env_wrappers.bfcl.tasks import load_tasks  # noqa: E402
+from env_wrappers.bfcl.environment.env import BFCLEnv  # noqa: E402
+from env_wrappers.bfcl.environment.tasks import load_tasks  # noqa: E402
+from env_wrappers.bfcl.sandbox import pool as sandbox_pool  # noqa: E402
+from env_wrappers.bfcl.sandbox.client import IsolatedBackends  # noqa: E402
 
 
 def call(name: str, **arguments) -> str:
@@ -41,7 +38,7 @@ def call(name: str, **arguments) -> str:
 def release_cost(n: int = 200) -> float:
     times = []
     for _ in range(n):
-        b = isolation.IsolatedBackends(["GorillaFileSystem", "MathAPI"], {}, False, call_timeout_s=10.0)
+        b = IsolatedBackends(["GorillaFileSystem", "MathAPI"], {}, False, call_timeout_s=10.0)
         b.execute_many(["mkdir(dir_name='x')", "add(a=1, b=2)"])
         t0 = time.perf_counter()
         b.close()
@@ -51,7 +48,7 @@ def release_cost(n: int = 200) -> float:
 
 
 def filled_worker(cap_mb: int = 400, files: int = 5000) -> tuple:
-    b = isolation.IsolatedBackends(["GorillaFileSystem"], {}, False, call_timeout_s=20.0, memory_limit_mb=cap_mb)
+    b = IsolatedBackends(["GorillaFileSystem"], {}, False, call_timeout_s=20.0, memory_limit_mb=cap_mb)
     b.execute_many(["mkdir(dir_name='d')", "cd(folder='d')"])
     for k in range(0, files, 16):
         b.execute_many([c for i in range(k, min(files, k + 16))
@@ -59,7 +56,7 @@ def filled_worker(cap_mb: int = 400, files: int = 5000) -> tuple:
     w = b._box[0]
     status, report = w.request(("reset",), timeout=10.0)
     (vm0, own0), (vm, own) = report
-    kept = isolation._fits(w, report)
+    kept = sandbox_pool._fits(w, report)
     b._discard_worker()
     return (vm - vm0) / 2**20, (own - own0) / 2**20, kept
 
@@ -91,7 +88,7 @@ def overrun_after_history(limit: float = 2.0) -> tuple[float, str]:
         if time.perf_counter() - t0 >= limit / 4:
             break
         exponent = int(exponent * 1.4)
-    b = isolation.IsolatedBackends(["MathAPI"], {}, False, call_timeout_s=limit)
+    b = IsolatedBackends(["MathAPI"], {}, False, call_timeout_s=limit)
     for _ in range(12):
         b.execute(f"power(base=10, exponent={exponent})")
     t0 = time.perf_counter()
@@ -137,7 +134,7 @@ def main() -> None:
     print(f"3. a step: {plain * 1e3:.1f} ms; the step after the worker was killed while idle: {after * 1e3:.1f} ms")
     elapsed, outcome = overrun_after_history()
     print(f"4. overrun with a 2 s limit after 12 calls of ~0.5 s: {elapsed:.2f} s ({outcome})")
-    isolation.pool().shutdown()
+    sandbox_pool.pool().shutdown()
 
 
 if __name__ == "__main__":

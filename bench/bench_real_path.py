@@ -25,8 +25,8 @@ Cue tokens: SEAL's rollouts carry cue text in their first user message (part of 
 observations (response side, loss mask 0). Reported per step: mean cue tokens per rollout, the measured prompt
 length difference seal - grpo (same tasks, so it is the cue text in the prompt), and their share of all tokens.
 
-    python bench/bench_real_path.py --steps 3 --out runs/bench_real      # runs both (about 7 min on 2 cores)
-    python bench/bench_real_path.py --grpo-run DIR --seal-run DIR         # only compare two finished runs
+    python -m bench.bench_real_path --steps 3 --out runs/bench_real      # runs both (about 7 min on 2 cores)
+    python -m bench.bench_real_path --grpo-run DIR --seal-run DIR         # only compare two finished runs
 
 The machine is shared and the model is a random tiny Qwen2, so absolute times are small and noisy; the ratios
 show where SEAL's overhead sits, not a GPU-scale cost.

@@ -4,11 +4,11 @@ Writes a synthetic run folder of ``--steps`` training steps with the run folder'
 (``seal_verl.run_folder.RunFolder``, the rows ``step_row`` and ``trace_row`` build), then times reading it
 (``load_run``) and the whole report (``build_report``: the PNGs and the page) and prints this process's peak
 resident memory. CPU time is printed beside wall time because the wall time depends on what else the machine
-runs. Also prints the size of a closed-loop state after as many steps, since each step's state file
-carries the whole history.
+runs. Also prints the size of a closed-loop state after as many steps (its history keeps the last
+``loop.HISTORY_WINDOW`` rows; ``python -m bench.bench_state`` sets it against a state that keeps them all).
 
-    python bench/bench_report.py                 # 10,000 steps, 8 rollouts each
-    python bench/bench_report.py --steps 1000
+    python -m bench.bench_report                 # 10,000 steps, 8 rollouts each
+    python -m bench.bench_report --steps 1000
 """
 
 from __future__ import annotations
@@ -21,9 +21,6 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
 CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 
@@ -70,9 +67,9 @@ def write_run(path: str, steps: int, rollouts: int, val_every: int, probe_every:
 
 
 def state_size(steps: int) -> int:
-    """Bytes of a closed-loop state file after ``steps`` steps of the loop (its history grows by one row a step)."""
+    """Bytes of a closed-loop state file after ``steps`` steps of the loop (the last rows of its history)."""
     from seal_verl.interface import InterfaceConfig
-    from seal_verl.loop import SealSwitches, closed_loop_step, initial
+    from seal_verl.loop import HISTORY_WINDOW, SealSwitches, closed_loop_step, initial
     from seal_verl.profile import TrajectoryRecord
     from seal_verl.weighting import WeightingConfig
 
@@ -82,7 +79,8 @@ def state_size(steps: int) -> int:
                             category="multi_turn_base", reward=0.5)]
     state, _ = closed_loop_step(state, rec, sw, icfg, wcfg)
     row = state.history[-1]
-    state.history = [dict(row, step=i) for i in range(steps)]
+    state.history_start = max(0, steps - HISTORY_WINDOW)
+    state.history = [dict(row, step=i) for i in range(state.history_start, steps)]
     return len(json.dumps(state.to_dict(), indent=1, sort_keys=True))
 
 

@@ -16,9 +16,9 @@ second, the cost ratio time_b / time_a (wall and CPU time; ours' CPU includes it
 memory: RSS after 1k and after N checks of each path and the private memory of ours' judge workers (ours
 must stay flat; the official cache grows), peak RSS, and tracemalloc peaks for a sample.
 
-    python bench/bench_verifier.py            # full run (all 800 tasks, 20,000 checks per memory run)
-    python bench/bench_verifier.py --quick    # 100 tasks, 2,000 checks per memory run
-    python bench/bench_verifier.py --profile  # also cProfile our path and print where the time goes
+    python -m bench.bench_verifier            # full run (all 800 tasks, 20,000 checks per memory run)
+    python -m bench.bench_verifier --quick    # 100 tasks, 2,000 checks per memory run
+    python -m bench.bench_verifier --profile  # also cProfile our path and print where the time goes
 """
 
 from __future__ import annotations
@@ -32,14 +32,11 @@ import tempfile
 import time
 import tracemalloc
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 os.environ.setdefault("BFCL_PROJECT_ROOT", tempfile.mkdtemp(prefix="bfcl-bench-"))
 
-from env_wrappers.bfcl.judge import judge_result  # noqa: E402
-from env_wrappers.bfcl.perturb import KINDS, ground_truth_steps, perturb, to_result  # noqa: E402
-from env_wrappers.bfcl.tasks import CATEGORIES, load_tasks  # noqa: E402
+from env_wrappers.bfcl.environment.judge import judge_result  # noqa: E402
+from env_wrappers.bfcl.environment.perturb import KINDS, ground_truth_steps, perturb, to_result  # noqa: E402
+from env_wrappers.bfcl.environment.tasks import CATEGORIES, load_tasks  # noqa: E402
 
 FORMATS = ("python", "json", "fc")
 

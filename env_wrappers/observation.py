@@ -6,7 +6,7 @@ observations it hands out; every action goes to the wrapped environment unchange
 and their results (the tool semantics) are exactly those of the bare environment.
 
 The wrapper is environment-neutral: it imports nothing of BFCL and works on any environment with this
-interface (the one :class:`env_wrappers.bfcl.env.BFCLEnv` has):
+interface (the one :class:`env_wrappers.bfcl.environment.env.BFCLEnv` has):
 
 - ``reset() -> list[dict]``: the first turn's user messages (``{"role": "user", "content": str}``);
 - ``step(message) -> StepResult`` and ``end_turn(reason) -> StepResult`` where ``StepResult`` has

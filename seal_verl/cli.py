@@ -21,7 +21,7 @@ import argparse
 import sys
 
 
-from .cli_checks import UsageError
+from .usage import UsageError
 
 #: The environment whose own subcommands (``diagnose``, ``demo-results``, ``prepare-data``) the CLI runs.
 DEFAULT_ENV = "bfcl"
@@ -53,14 +53,14 @@ def _cmd_prepare_data(args: argparse.Namespace) -> int:
 
 def _dry_run_environment(name: str, call_format: str | None) -> str:
     """Check ``--env`` and ``--call-format`` before anything heavy starts; the call format to use."""
-    from env_wrappers.registry import get_environment
+    from env_wrappers.registry import EnvironmentLoadError, get_environment
 
     try:
         env = get_environment(name)
-    except KeyError as exc:
-        raise UsageError(f"--env {name}: {exc.args[0] if exc.args else exc}") from exc
-    except (ImportError, AttributeError, TypeError, ValueError) as exc:
-        raise UsageError(f"--env {name}: cannot load it: {type(exc).__name__}: {exc}") from exc
+    except KeyError as exc:  # the message names the environment, shortened and quoted
+        raise UsageError(f"--env: {exc.args[0] if exc.args else exc}") from None
+    except EnvironmentLoadError as exc:
+        raise UsageError(f"--env: {exc}") from None
     formats = tuple(env.call_formats)
     if call_format is None:
         return formats[0]
@@ -238,8 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "wrapper, reward, advantage and state update; a scripted LLM instead of generation")
     dr.add_argument("--env", default=DEFAULT_ENV, metavar="NAME",
                     help="the environment to train: a registered name, an installed entry point of the group "
-                         "seal_verl.environments, or an import path package.module:Class (default bfcl); the "
-                         "package must be importable, e.g. via PYTHONPATH")
+                         "seal_verl.environments, or an import path package.module:Class (default bfcl); an import "
+                         "path imports that module (its code runs), which must be importable, e.g. via PYTHONPATH")
     dr.add_argument("--out", default="runs/dry", help="run folder (the layout of a training run's seal.run_dir)")
     dr.add_argument("--steps", type=_int_at_least(1), default=6, help="training steps to run (default 6)")
     dr.add_argument("--tasks-per-step", type=_int_at_least(1), default=4,

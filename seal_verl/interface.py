@@ -137,7 +137,7 @@ class InterfaceConfig:
             follows a failed call (phi_err), so a rollout without a failed call sees exactly the bare
             environment; the capability kinds, which have no feedback to give, then never switch on. For a
             policy that cannot read prompt text it has never seen (the CPU overlay's 0.4M-parameter model:
-            ``recipes/bfcl_v3/cpu/probe_cues.py``), not for real backbones.
+            ``python -m seal_verl.warm_start.probe_cues``), not for real backbones.
     """
 
     on_threshold: float = 0.15

@@ -12,8 +12,8 @@ The folder is read through ``seal_verl.run_folder``; a damaged row or file is sk
 - ``steps``: metrics.jsonl has one row per training step, consecutive global steps (``--steps``: the last one),
   each with SEAL's metrics (``seal/step``, ``seal/weight/mean``, ``seal/prevalence/*``, ``seal/rho/*``, ...), and
   the console log (main_ppo.log) printed ``seal/`` metrics on each step's line;
-- ``state``: ``state_step_{k}.json`` exists for every global step k, its ``step`` is k, the history grew by one
-  row per step and its last row is the step's logged C_t;
+- ``state``: ``state_step_{k}.json`` exists for every global step k, its ``step`` is k, its history (the most recent
+  rows, ``history_start`` counting those left out) ends with row k - 1, and that row is the step's logged C_t;
 - ``weights``: recomputed from the run folder alone (rewards, group ids, labels, the rho the step used): each
   rollout's w equals clip(sum_z p(z) rho(z)) of its own labels (w != 1 wherever that differs from 1; every w is 1
   without reweighting); the GRPO advantage before weighting equals verl's group normalisation of the rewards
@@ -163,8 +163,10 @@ def check_state(run: Run, rep: Report) -> None:
             continue
         if int(st["step"]) != k:
             problems.append(f"{RF.state_name(k)} has step {st['step']}, expected {k}")
-        if len(st.get("history", [])) != k:
-            problems.append(f"{RF.state_name(k)} history has {len(st.get('history', []))} rows, expected {k}")
+        rows = _history(st)
+        if len(rows) + int(st.get("history_start") or 0) != k or not rows:
+            problems.append(f"{RF.state_name(k)} history has {len(rows)} rows from step "
+                            f"{st.get('history_start') or 0}, expected rows up to step {k - 1}")
         elif st["history"][-1].get("prevalence") != r.get("prevalence"):
             problems.append(f"{RF.state_name(k)} last history row is not step {k}'s logged C_t")
         prev = run.states.get(k - 1)
@@ -173,7 +175,24 @@ def check_state(run: Run, rep: Report) -> None:
     ks = sorted(run.states) or [None]
     rep.add("state", not problems, "; ".join(problems) or
             (f"{RF.state_name(ks[0])}..{RF.state_name(ks[-1])}" if ks[0] is not None else "no state file")
-            + ": step = global step, history +1 row per step")
+            + ": step = global step, history up to the step")
+
+
+def _history(state: dict) -> list:
+    rows = state.get("history")
+    return rows if isinstance(rows, list) else []
+
+
+def _continues(state: dict, parent: dict) -> bool:
+    """Whether ``state``'s history rows agree with ``parent``'s on every step both keep (a state keeps its most
+    recent rows only), and ``state`` keeps at least one of them unless the parent kept none."""
+    def by_step(st: dict) -> dict:
+        start = int(st.get("history_start") or 0)
+        return {start + i: row for i, row in enumerate(_history(st))}
+
+    mine, theirs = by_step(state), by_step(parent)
+    shared = set(mine) & set(theirs)
+    return (bool(shared) or not theirs) and all(mine[k] == theirs[k] for k in shared)
 
 
 def _rho_before(run: Run, k: int, parent: Optional[Run]) -> Optional[dict]:
@@ -523,7 +542,7 @@ def check_resume(run: Run, rep: Report, parent: Run) -> None:
                     problems.append(f"rollout {row['task_id']} saw interface {row.get('interface_active')}, expected {active}")
                     break
         st = run.states.get(int(first["global_step"]))
-        if st is not None and st.get("history", [])[:n] != final.get("history"):
+        if st is not None and not _continues(st, final):
             problems.append("the resumed run's closed-loop history does not continue the parent's")
         rho_first = _rho_before(run, int(first["global_step"]), parent)
         if rho_first is None or any(abs(float(rho_first.get(z, math.inf)) - float(v)) > W_TOL

@@ -7,7 +7,9 @@ model's own files and ``build.json``:
 
 - ``files``: the SHA-256 of every file (``verify`` checks them before a run uses the folder);
 - ``command``: the command that rebuilds the model (the runs' ``REBUILD=1``), and ``built_by``: the git commit of
-  the code that built it, the versions of Python, torch and transformers, the date;
+  the code that built it, the versions of Python, torch and transformers, the date; ``note``: what the model is and
+  which warm start of ``seal_verl.warm_start`` built it (``make ship-warm-starts`` passes it; the records shipped
+  before that package existed name the recipe scripts the code then lived in);
 - ``warm_start``: from the warm start's own record, the fingerprint of its inputs, its settings and its measured
   pass rate; the whole record, without the building machine's paths, is ``warm_start.json`` beside the weights,
   where the runs read it.

@@ -3,7 +3,7 @@ that answered exactly so would leave, for tests of the reward function and its o
 
 from __future__ import annotations
 
-from env_wrappers.bfcl.env import BFCLEnv
+from env_wrappers.bfcl.environment.env import BFCLEnv
 
 
 def play(task, result, fmt: str):

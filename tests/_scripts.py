@@ -1,4 +1,4 @@
-"""Load a script of the repository (a recipe's tool, not part of an installed package) as a module."""
+"""Load a script of the repository (a recipe's entry point, not part of an installed package) as a module."""
 
 from __future__ import annotations
 

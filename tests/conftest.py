@@ -45,6 +45,6 @@ else:
 def tasks():
     """All 800 BFCL V3 multi-turn tasks by id, loaded once per test module (modules that need only a few
     tasks define their own ``tasks`` and so override this one)."""
-    from env_wrappers.bfcl.tasks import load_tasks
+    from env_wrappers.bfcl.environment.tasks import load_tasks
 
     return load_tasks()

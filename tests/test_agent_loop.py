@@ -215,7 +215,7 @@ def test_training_loop_trace_reward_and_masks(tiny, tasks, books, tmp_path, stat
 
 def test_reveal_docs_go_into_the_reveal_message(tiny, tasks, books, tmp_path, state_source):
     """miss_func: the revealed tool docs are appended to the reveal user message (never re-rendered tools)."""
-    from env_wrappers.bfcl.env import REVEAL_MESSAGE
+    from env_wrappers.bfcl.environment.env import REVEAL_MESSAGE
 
     task = tasks["multi_turn_miss_func_0"]
     state_source(_state(all_on=False))

@@ -20,10 +20,10 @@ import sys
 import threading
 
 
-from env_wrappers.bfcl.judge import judge_result
-from env_wrappers.bfcl.perturb import KINDS, ground_truth_steps, perturb, to_result
-from env_wrappers.bfcl.tasks import CATEGORIES
-from env_wrappers.bfcl.verifier import verify
+from env_wrappers.bfcl.environment.judge import judge_result
+from env_wrappers.bfcl.environment.perturb import KINDS, ground_truth_steps, perturb, to_result
+from env_wrappers.bfcl.environment.tasks import CATEGORIES
+from env_wrappers.bfcl.environment.verifier import verify
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_official_checker.py")
 N_WORKERS = 2
@@ -234,8 +234,8 @@ def test_counterfactual_turns_match_a_deep_copy_of_the_ground_truth_path(tasks):
     (how Psi judges turns after a failure). Reference: the ground-truth path run here turn by turn and deep-copied at the start of
     every counterfactual turn; the verifier rebuilds that state by replay and must agree exactly (results
     of the model's calls, state differences, missing results)."""
-    from env_wrappers.bfcl.backends import Backends
-    from env_wrappers.bfcl.verifier import _compare, _missing, _public
+    from env_wrappers.bfcl.environment.backends import Backends
+    from env_wrappers.bfcl.environment.verifier import _compare, _missing, _public
 
     checked = 0
     for key, task, kind, decoded, _ in _cases(tasks):
@@ -267,8 +267,8 @@ def test_deferred_replay_builds_the_same_trace(tasks):
     verifier's model path run them once and fills the trace from its outcomes. Either way the trace must be
     the one a message-by-message replay builds (results, errors, executed flags, turn ends), and
     judge_result's labels the ones judge_trace gives on that trace."""
-    from env_wrappers.bfcl.env import BFCLEnv
-    from env_wrappers.bfcl.judge import _judge_replayed, _replay, judge_trace, replay_result
+    from env_wrappers.bfcl.environment.env import BFCLEnv
+    from env_wrappers.bfcl.environment.judge import _judge_replayed, _replay, judge_trace, replay_result
 
     n = 0
     for i, (key, task, kind, decoded, turn) in enumerate(_cases(tasks)):

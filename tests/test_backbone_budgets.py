@@ -3,7 +3,7 @@ recipes/bfcl_v3/README.md), and those numbers are what the real tokenizers give 
 
 The lengths files hold, per task, the first prompt and the ground-truth trajectory (GT calls in the backbone's
 call format, real observations from the BFCL environment) as measured by ``python -m
-env_wrappers.bfcl.lengths``. 42 long_context tasks have one ground-truth observation (20k-67k tokens) that
+env_wrappers.bfcl.environment.lengths``. 42 long_context tasks have one ground-truth observation (20k-67k tokens) that
 fits no budget; they are listed here and in the README, and every other task must fit.
 """
 
@@ -63,9 +63,9 @@ def test_recipe_budgets_hold_every_measured_trajectory(group):
 @pytest.mark.parametrize("name", ["qwen2.5", "toolace2"])
 def test_measured_lengths_are_current(name):
     """Re-measure the extreme tasks (longest prompts, longest fitting and overlong trajectories) now."""
-    from env_wrappers.bfcl.tasks import load_tasks
+    from env_wrappers.bfcl.environment.tasks import load_tasks
     from seal_verl.backbones import spec
-    from env_wrappers.bfcl.lengths import task_lengths
+    from env_wrappers.bfcl.environment.lengths import task_lengths
 
     stored = _lengths(name)
     fitting = {t: v for t, v in stored.items() if t not in OVERLONG}

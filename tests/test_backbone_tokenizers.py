@@ -125,7 +125,7 @@ def test_known_encodings(name):
 
 
 def _bfcl_texts() -> list[str]:
-    from env_wrappers.bfcl.tasks import load_tasks
+    from env_wrappers.bfcl.environment.tasks import load_tasks
 
     texts = set(EDGE_CASES)
     for task in load_tasks().values():
@@ -215,7 +215,7 @@ def test_toolace_chat_template_and_bfcl_handler_agree():
 
 
 def test_toolace_is_served_by_the_llama_handler():
-    from env_wrappers.bfcl.handler_prompts import HANDLERS, handler_of_toolace
+    from env_wrappers.bfcl.environment.handler_prompts import HANDLERS, handler_of_toolace
 
     assert handler_of_toolace() == "LlamaHandler" == HANDLERS["toolace2"][0].rsplit(":", 1)[1]
 

@@ -225,7 +225,7 @@ def test_diagnose_refuses_a_device_instead_of_reading_it_forever():
 
 
 def test_overlong_lines_are_skipped_with_a_warning(tmp_path, monkeypatch):
-    from env_wrappers.bfcl import result_files
+    from env_wrappers.bfcl.evaluation import result_files
 
     monkeypatch.setattr(result_files, "MAX_LINE_BYTES", 1000)
     p = tmp_path / "r.jsonl"

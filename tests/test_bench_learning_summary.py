@@ -3,16 +3,12 @@ the difference to GRPO, and which finished runs are reused."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location("bench_learning", os.path.join(REPO, "bench", "bench_learning.py"))
-bl = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bl)
+from bench import bench_learning as bl
 
 
 def fake_run(path, rewards, heldout=(0.1, 0.4), steps_done=None, exit_code=0):

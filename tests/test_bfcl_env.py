@@ -4,10 +4,10 @@ import json
 
 import jsonschema
 
-from env_wrappers.bfcl.backends import Backends
-from env_wrappers.bfcl.env import REVEAL_MESSAGE, BFCLEnv
-from env_wrappers.bfcl.schema import to_openai_tool
-from env_wrappers.bfcl.tasks import CATEGORIES, load_split
+from env_wrappers.bfcl.environment.backends import Backends
+from env_wrappers.bfcl.environment.env import REVEAL_MESSAGE, BFCLEnv
+from env_wrappers.bfcl.environment.schema import to_openai_tool
+from env_wrappers.bfcl.environment.tasks import CATEGORIES, load_split
 
 
 def test_all_800_tasks_and_split(tasks):

@@ -2,9 +2,9 @@
 
 import pytest
 
-from env_wrappers.bfcl.examples import examples
-from env_wrappers.bfcl.judge import judge_result, judge_trace, replay_result
-from env_wrappers.bfcl import verifier as verifier_mod
+from env_wrappers.bfcl.environment.examples import examples
+from env_wrappers.bfcl.environment.judge import judge_result, judge_trace, replay_result
+from env_wrappers.bfcl.environment import verifier as verifier_mod
 
 EXPECTED = {
     "pass": (True, ["pass", "pass", "pass", "pass"]),
@@ -42,7 +42,7 @@ def test_strict_abstention_fails_spurious_task(tasks):
 def test_correct_abstention_is_pass_and_counted_as_abstention(tasks):
     task_id, result = examples("json")["pass"]
     task = tasks["multi_turn_miss_func_0"]
-    from env_wrappers.bfcl.perturb import ground_truth_steps, to_result
+    from env_wrappers.bfcl.environment.perturb import ground_truth_steps, to_result
 
     j = judge_result(task, to_result(task, ground_truth_steps(task), "json"))
     assert j.labels == ["pass"] * 5
@@ -66,13 +66,13 @@ def test_checker_error_label(tasks, monkeypatch):
         return real(model, gt)
 
     monkeypatch.setattr(verifier_mod, "_compare", flaky)
-    from env_wrappers.bfcl import isolation
+    from env_wrappers.bfcl.sandbox import pool as sandbox_pool
 
-    isolation.pool().shutdown()  # judgements run in forked workers: these are forked with the patch
+    sandbox_pool.pool().shutdown()  # judgements run in forked workers: these are forked with the patch
     try:
         j = judge_trace(task, trace)
     finally:
-        isolation.pool().shutdown()  # and none of them judges for a later test
+        sandbox_pool.pool().shutdown()  # and none of them judges for a later test
     assert j.labels == ["pass", "checker_error", "pass", "pass"]
     assert j.valid is False and j.error_type == "checker_error"
     assert j.diagnosis.profile()["pass"] == pytest.approx(1.0)  # checker errors leave the profile
@@ -81,7 +81,7 @@ def test_checker_error_label(tasks, monkeypatch):
 def test_no_contamination_after_early_failure(tasks):
     """A wrong first turn must not turn every later (correct) turn into state_mismatch."""
     task = tasks["multi_turn_base_0"]
-    from env_wrappers.bfcl.perturb import to_result
+    from env_wrappers.bfcl.environment.perturb import to_result
 
     g = [[list(x)] for x in task.ground_truth]
     traj = [[["cd(folder='document')", "mkdir(dir_name='tmp2')"]], g[1], g[2], g[3]]

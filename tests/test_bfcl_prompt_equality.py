@@ -34,8 +34,8 @@ KNOWN_DIFFERENCES = {
 
 
 def _loop_prompt(tok, fmt, task, upto):
-    from env_wrappers.bfcl.env import BFCLEnv
-    from env_wrappers.bfcl import prompts
+    from env_wrappers.bfcl.environment.env import BFCLEnv
+    from env_wrappers.bfcl.environment import prompts
     from seal_verl.verl_glue.agent_loop import EnvAgentLoopBase
 
     loop = object.__new__(EnvAgentLoopBase)  # only its tool-message helper is used
@@ -57,8 +57,8 @@ def _loop_prompt(tok, fmt, task, upto):
 @pytest.mark.parametrize("backbone,fmt", [("qwen2.5", "json"), ("toolace2", "python")])
 def test_prompts_equal_bfcl_handler_for_all_tasks(backbone, fmt):
     require_handlers()
-    from env_wrappers.bfcl.handler_prompts import handler_prompt, reveal_turn
-    from env_wrappers.bfcl.tasks import load_tasks
+    from env_wrappers.bfcl.environment.handler_prompts import handler_prompt, reveal_turn
+    from env_wrappers.bfcl.environment.tasks import load_tasks
 
     tok = tokenizer(backbone)
     tasks = load_tasks()
@@ -82,9 +82,9 @@ def test_prompts_equal_bfcl_handler_for_all_tasks(backbone, fmt):
 
 def test_reveal_prompt_carries_bfcl_reveal_text_and_docs():
     """The reveal turn's user message: the held-out docs as bfcl-eval formats them, then its reveal text."""
-    from env_wrappers.bfcl.env import REVEAL_MESSAGE
-    from env_wrappers.bfcl.handler_prompts import reveal_turn
-    from env_wrappers.bfcl.tasks import load_tasks
+    from env_wrappers.bfcl.environment.env import REVEAL_MESSAGE
+    from env_wrappers.bfcl.environment.handler_prompts import reveal_turn
+    from env_wrappers.bfcl.environment.tasks import load_tasks
 
     task = load_tasks(["multi_turn_miss_func_0"])["multi_turn_miss_func_0"]
     k = reveal_turn(task)
@@ -104,8 +104,8 @@ def test_real_agent_loop_builds_these_prompt_tokens(backbone, fmt, eos, tmp_path
 
     from _backbones import tiny_model_dir
 
-    from env_wrappers.bfcl.env import REVEAL_MESSAGE
-    from env_wrappers.bfcl.tasks import load_tasks
+    from env_wrappers.bfcl.environment.env import REVEAL_MESSAGE
+    from env_wrappers.bfcl.environment.tasks import load_tasks
     from seal_verl import dry_run as D
 
     model = tiny_model_dir(backbone)
@@ -143,10 +143,10 @@ def test_eval_prompt_mode_sends_the_loop_prompt(backbone, fmt):
     """``seal-verl eval --mode prompt`` sends a served model the text verl's validation shows it: for all 800
     tasks, the system message + first user turn it posts, rendered by the backbone's chat template (as a chat
     server renders them), equal the agent loop's prompt; and the reveal turn's user message is the loop's."""
-    from env_wrappers.bfcl.env import BFCLEnv
-    from env_wrappers.bfcl.evaluate import prompt_rendering
-    from env_wrappers.bfcl.handler_prompts import reveal_turn
-    from env_wrappers.bfcl.tasks import load_tasks
+    from env_wrappers.bfcl.environment.env import BFCLEnv
+    from env_wrappers.bfcl.evaluation.runner import prompt_rendering
+    from env_wrappers.bfcl.environment.handler_prompts import reveal_turn
+    from env_wrappers.bfcl.environment.tasks import load_tasks
 
     tok = tokenizer(backbone)
     system_prompt, reveal = prompt_rendering(fmt)

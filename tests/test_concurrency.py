@@ -31,10 +31,10 @@ import types
 
 import pytest
 
-from env_wrappers.bfcl.env import BFCLEnv
-from env_wrappers.bfcl.judge import judge_trace
-from env_wrappers.bfcl.perturb import KINDS, ground_truth_steps, perturb, render_step
-from env_wrappers.bfcl.tasks import load_tasks
+from env_wrappers.bfcl.environment.env import BFCLEnv
+from env_wrappers.bfcl.environment.judge import judge_trace
+from env_wrappers.bfcl.environment.perturb import KINDS, ground_truth_steps, perturb, render_step
+from env_wrappers.bfcl.environment.tasks import load_tasks
 
 TASK_IDS = ("multi_turn_base_10", "multi_turn_base_131", "multi_turn_base_196", "multi_turn_long_context_0",
             "multi_turn_long_context_91")
@@ -331,7 +331,7 @@ def test_interleaved_rollouts_match_sequential_replays(tasks, task_id):
 def test_module_level_writes_of_bfcl_backends_stay_per_rollout(tasks):
     """BFCL's long-context vehicle backend writes each temperature reading into a module-level dict and
     returns that dict: concurrent rollouts must still each see only their own readings."""
-    from env_wrappers.bfcl.backends import Backends
+    from env_wrappers.bfcl.environment.backends import Backends
 
     task = tasks["multi_turn_long_context_91"]
     call = "get_outside_temperature_from_google()"
@@ -376,7 +376,7 @@ def test_batched_execution_matches_call_by_call(tasks, monkeypatch):
     execute returns, leaves the same state, and keeps each call's own time limit: a hung call in the middle
     of a batch times out alone, later invocations get the broken-backend error without running, and checks
     that need no backend (unknown or refused names) answer as before."""
-    from env_wrappers.bfcl.backends import Backends
+    from env_wrappers.bfcl.environment.backends import Backends
 
     task = tasks["multi_turn_base_10"]
     calls = [c for turn in task.ground_truth for c in turn]

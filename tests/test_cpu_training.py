@@ -42,7 +42,8 @@ as feedback on a failed call (``seal.interface.proactive_cues: false``): a 0.4M-
 calls without cue text stops calling tools when a cue block sits in its first prompt. The sync check runs with
 ``--require-moving-weights``.
 
-``SEAL_CPU_MODEL=DIR`` runs the suite on another warm start (``warm_start.py DIR --base ... --seed N``).
+``SEAL_CPU_MODEL=DIR`` runs the suite on another warm start
+(``python -m seal_verl.warm_start.bfcl_cpu DIR --base ... --seed N``).
 """
 
 from __future__ import annotations
@@ -378,8 +379,8 @@ def test_cpu_overlay_only_shrinks_the_recipe(variant):
 
 
 def test_cpu_split_is_a_subset_of_the_seal_split():
-    from env_wrappers.bfcl.prepare_data import read_split_file
-    from env_wrappers.bfcl.tasks import load_split
+    from env_wrappers.bfcl.environment.prepare_data import read_split_file
+    from env_wrappers.bfcl.environment.tasks import load_split
 
     cpu = read_split_file(os.path.join(CPU_DIR, "split_cpu.json"))
     seal = load_split()

@@ -53,7 +53,7 @@ def _agent_loops(path: str, fmt: str, role: str) -> str:
 def test_one_seal_step_on_the_real_vocabulary(group, tmp_path):
     from _backbones import tiny_model_dir
 
-    from env_wrappers.bfcl.prepare_data import prepare_data
+    from env_wrappers.bfcl.environment.prepare_data import prepare_data
 
     name, fmt, role = GROUPS[group]
     model = tiny_model_dir(name)

@@ -23,7 +23,7 @@ ON = InterfaceConfig().on_threshold  # the recipe's default, 0.15
 @pytest.fixture(scope="module")
 def train_turns():
     """(category, abstention flags per turn) of every training task of the shipped SEAL split."""
-    from env_wrappers.bfcl.tasks import load_split, load_tasks
+    from env_wrappers.bfcl.environment.tasks import load_split, load_tasks
 
     tasks = load_tasks(load_split()["train"])
     return [(t.category, [not gt for gt in t.ground_truth]) for t in tasks.values()]

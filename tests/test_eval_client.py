@@ -23,12 +23,14 @@ from contextlib import contextmanager
 
 import pytest
 
-from env_wrappers.bfcl.evaluate import EvalConfig, EvalError, result_path, run_eval
-from env_wrappers.bfcl.examples import examples
-from env_wrappers.bfcl.openai_http import ChatClient, ServerError
-from env_wrappers.bfcl.judge import judge_result
-from env_wrappers.bfcl.perturb import KINDS, ground_truth_steps, perturb, to_result
-from env_wrappers.bfcl.tasks import CATEGORIES, load_split
+from env_wrappers.bfcl.evaluation.config import EvalConfig, EvalError
+from env_wrappers.bfcl.evaluation.result_files import result_path
+from env_wrappers.bfcl.evaluation.runner import run_eval
+from env_wrappers.bfcl.environment.examples import examples
+from env_wrappers.bfcl.evaluation.openai_http import ChatClient, ServerError
+from env_wrappers.bfcl.environment.judge import judge_result
+from env_wrappers.bfcl.environment.perturb import KINDS, ground_truth_steps, perturb, to_result
+from env_wrappers.bfcl.environment.tasks import CATEGORIES, load_split
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _replay_server import RawServer, ReplayServer, chat_body, http_answer, models_body  # noqa: E402
@@ -497,18 +499,18 @@ def test_lone_surrogate_loses_no_task_and_the_final_line_counts(tasks, tmp_path,
 def test_a_task_that_cannot_be_written_is_reported_missing(tasks, tmp_path, capsys, monkeypatch):
     """A worker-side failure drops no queued task; a task that cannot be written at all is named, the final
     line counts the tasks written, and the exit status is 3."""
-    from env_wrappers.bfcl import evaluate
+    from env_wrappers.bfcl.evaluation.result_files import ResultStore
 
     ids = ["multi_turn_base_0", "multi_turn_base_1", "multi_turn_base_2"]
     scripts = {"m": {i: to_result(tasks[i], ground_truth_steps(tasks[i]), "fc") for i in ids}}
-    real_append = evaluate.ResultStore.append
+    real_append = ResultStore.append
 
     def append(self, task, result):
         if task.id == ids[0]:
             raise RuntimeError("cannot serialise (on purpose)")
         return real_append(self, task, result)
 
-    monkeypatch.setattr(evaluate.ResultStore, "append", append)
+    monkeypatch.setattr(ResultStore, "append", append)
     with ReplayServer(scripts, _first_user(tasks, ids)) as srv:
         rc, out, err = _main(["--base-url", srv.url, "--model", "m", "--out", str(tmp_path), "--ids", *ids,
                               "--concurrency", "1", "--no-progress"], capsys)

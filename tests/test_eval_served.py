@@ -81,7 +81,7 @@ def _eval(url, out, mode_args):
 
 @pytest.mark.parametrize("fmt", ["fc", "json"])
 def test_served_model_verdicts_agree_with_official(fmt, server, tmp_path):
-    from env_wrappers.bfcl.evaluate import result_path
+    from env_wrappers.bfcl.evaluation.result_files import result_path
 
     out = tmp_path / fmt
     seconds, table = _eval(server, out, ["--mode", "fc"] if fmt == "fc" else ["--mode", "prompt", "--call-format", "json"])

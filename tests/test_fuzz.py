@@ -33,12 +33,12 @@ import time
 
 import pytest
 
-from env_wrappers.bfcl import backends as backends_mod
-from env_wrappers.bfcl import calls as calls_mod
-from env_wrappers.bfcl.backends import Backends
-from env_wrappers.bfcl.env import BFCLEnv
-from env_wrappers.bfcl.judge import judge_result, judge_trace
-from env_wrappers.bfcl.tasks import load_tasks
+from env_wrappers.bfcl.environment import backends as backends_mod
+from env_wrappers.bfcl.environment import calls as calls_mod
+from env_wrappers.bfcl.environment.backends import Backends
+from env_wrappers.bfcl.environment.env import BFCLEnv
+from env_wrappers.bfcl.environment.judge import judge_result, judge_trace
+from env_wrappers.bfcl.environment.tasks import load_tasks
 from seal_verl import taxonomy as T
 
 SEED = 20260323
@@ -508,8 +508,8 @@ def test_schema_fast_path_agrees_with_jsonschema(tasks):
     be exactly jsonschema's, for valid and hostile arguments alike (every tool of the fuzzed tasks)."""
     import jsonschema
 
-    from env_wrappers.bfcl.env import _all_tools
-    from env_wrappers.bfcl.schema import SchemaChecker, _describe
+    from env_wrappers.bfcl.environment.env import _all_tools
+    from env_wrappers.bfcl.environment.schema import SchemaChecker, _describe
 
     rng = random.Random(SEED + 1)
     checked = fast = 0

@@ -75,7 +75,7 @@ def test_the_documentation_shows_launch_commands_everywhere():
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
     """A fresh tree: the recipe (linked), the two data folders written as the README says, a stand-in python."""
-    from env_wrappers.bfcl.prepare_data import prepare_data
+    from env_wrappers.bfcl.environment.prepare_data import prepare_data
 
     root = tmp_path_factory.mktemp("clone")
     os.symlink(os.path.join(REPO, "recipes"), root / "recipes")

@@ -9,12 +9,12 @@ import dataclasses
 
 import pytest
 
-from env_wrappers.bfcl import backends as backends_mod
-from env_wrappers.bfcl import verifier as verifier_mod
-from env_wrappers.bfcl.judge import _judge_replayed, _replay, judge_result
-from env_wrappers.bfcl.perturb import KINDS, ground_truth_steps, perturb, to_result
-from env_wrappers.bfcl.tasks import load_tasks
-from env_wrappers.bfcl.verifier import _public, ground_truth_path, verify
+from env_wrappers.bfcl.environment import backends as backends_mod
+from env_wrappers.bfcl.environment import verifier as verifier_mod
+from env_wrappers.bfcl.environment.judge import _judge_replayed, _replay, judge_result
+from env_wrappers.bfcl.environment.perturb import KINDS, ground_truth_steps, perturb, to_result
+from env_wrappers.bfcl.environment.tasks import load_tasks
+from env_wrappers.bfcl.environment.verifier import _public, ground_truth_path, verify
 
 TASKS = ["multi_turn_base_0", "multi_turn_base_15", "multi_turn_long_context_3", "multi_turn_miss_param_7"]
 
@@ -120,8 +120,8 @@ def test_a_replay_gets_its_schema_facts_while_the_worker_judges(tasks):
 def test_meanwhile_runs_once_even_when_the_judgement_restarts(tasks):
     """``verify_isolated`` calls its ``meanwhile`` work once, after the first request, also when a model
     call overran and the judgement started again on a new worker."""
-    from env_wrappers.bfcl.isolated_verify import verify_isolated
-    from env_wrappers.bfcl.isolation import is_timeout_result
+    from env_wrappers.bfcl.environment.isolated_verify import verify_isolated
+    from env_wrappers.bfcl.environment.backends import is_timeout_result
 
     task = tasks["multi_turn_base_15"]
     decoded = ground_truth_steps(task)

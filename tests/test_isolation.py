@@ -1,6 +1,6 @@
 """Hostile tool calls cannot freeze, starve or leak between rollouts.
 
-Model-issued calls run in a worker process per rollout (``env_wrappers.bfcl.isolation``):
+Model-issued calls run in a worker process per rollout (``env_wrappers.bfcl.sandbox``):
 
 - a call that holds the interpreter lock (big-integer or decimal arithmetic) is stopped at its time limit,
   and no other thread of the rollout process stalls meanwhile;
@@ -26,10 +26,10 @@ import time
 
 import pytest
 
-from env_wrappers.bfcl.env import BFCLEnv
-from env_wrappers.bfcl.isolation import is_timeout_result
-from env_wrappers.bfcl.judge import judge_trace
-from env_wrappers.bfcl.tasks import load_tasks
+from env_wrappers.bfcl.environment.backends import is_timeout_result
+from env_wrappers.bfcl.environment.env import BFCLEnv
+from env_wrappers.bfcl.environment.judge import judge_trace
+from env_wrappers.bfcl.environment.tasks import load_tasks
 
 MATH_TASK = "multi_turn_base_15"  # GorillaFileSystem + MathAPI
 FS_TASK = "multi_turn_base_0"
@@ -167,8 +167,8 @@ def test_verifier_does_not_rerun_a_call_the_rollout_recorded_as_timed_out(tasks)
     assert time.perf_counter() - t0 < 5.0
     assert len(j.labels) == task.n_turns
     outcomes: list = []
-    from env_wrappers.bfcl.judge import _timed_out_positions
-    from env_wrappers.bfcl.verifier import verify
+    from env_wrappers.bfcl.environment.judge import _timed_out_positions
+    from env_wrappers.bfcl.environment.verifier import verify
 
     verify(task, env.trace.decoded_steps(), call_timeout_s=10.0, model_outcomes=outcomes,
            timed_out=_timed_out_positions(env.trace))
@@ -182,8 +182,9 @@ def test_verifier_does_not_rerun_a_call_the_rollout_recorded_as_timed_out(tasks)
 import os  # noqa: E402
 import signal  # noqa: E402
 
-from env_wrappers.bfcl import isolation  # noqa: E402
-from env_wrappers.bfcl.backends import ERROR_PREFIX, MAX_RESULT_CHARS  # noqa: E402
+from env_wrappers.bfcl.environment.backends import ERROR_PREFIX, MAX_RESULT_CHARS  # noqa: E402
+from env_wrappers.bfcl.sandbox import pool as sandbox_pool  # noqa: E402
+from env_wrappers.bfcl.sandbox.client import IsolatedBackends  # noqa: E402
 
 SMALL_CAP_MB = 160
 
@@ -199,7 +200,7 @@ def _rss(pid: int) -> int:
 
 
 def _fs(cap_mb: int = SMALL_CAP_MB):
-    return isolation.IsolatedBackends(["GorillaFileSystem"], {}, False, call_timeout_s=20.0, memory_limit_mb=cap_mb)
+    return IsolatedBackends(["GorillaFileSystem"], {}, False, call_timeout_s=20.0, memory_limit_mb=cap_mb)
 
 
 def _fill(backends, files: int, tag: str) -> list:
@@ -216,7 +217,7 @@ def _fill(backends, files: int, tag: str) -> list:
 
 
 def _fresh_rss() -> int:
-    isolation.pool().shutdown()
+    sandbox_pool.pool().shutdown()
     b = _fs()
     assert b.execute("pwd()")[1] is False
     rss = _rss(b._box[0].process.pid)
@@ -233,7 +234,7 @@ def test_a_worker_that_filled_its_memory_does_not_reach_the_next_rollout():
     first_errors = _fill(first, 1900, "a")  # about 115 MB of state under a 160 MB cap
     assert not first.broken, first.broken
     first.close()
-    for w in list(isolation.pool()._idle):
+    for w in list(sandbox_pool.pool()._idle):
         grown = _rss(w.process.pid) - baseline
         assert grown <= SMALL_CAP_MB / 4 * 2**20, f"an idle worker holds {grown / 2**20:.0f} MB more than a fresh one"
     second = _fs()
@@ -242,24 +243,24 @@ def test_a_worker_that_filled_its_memory_does_not_reach_the_next_rollout():
     errors = _fill(second, 1200, "b")  # about 72 MB: fits a whole cap, not what a used one has left
     assert errors == [] and not second.broken, (errors[:3], second.broken, first_errors[:3])
     second.close()
-    isolation.pool().shutdown()
+    sandbox_pool.pool().shutdown()
 
 
 def test_the_idle_pool_stays_within_its_memory_budget(monkeypatch):
     """Four rollouts that each held ~40 MB end at once; what their idle workers still hold is bounded by the
     pool's budget (here 64 MB), not by the number of workers."""
-    monkeypatch.setattr(isolation, "IDLE_POOL_BUDGET_MB", 64, raising=False)
+    monkeypatch.setattr(sandbox_pool, "IDLE_POOL_BUDGET_MB", 64, raising=False)
     baseline = _fresh_rss()
     rollouts = [_fs() for _ in range(4)]
     for i, b in enumerate(rollouts):
         assert _fill(b, 650, f"r{i}") == []
     for b in rollouts:
         b.close()
-    idle = list(isolation.pool()._idle)
+    idle = list(sandbox_pool.pool()._idle)
     held = sum(max(0, _rss(w.process.pid) - baseline) for w in idle)
     slack = 8 * 2**20 * len(idle)  # a worker's own small growth (its caches), per worker
     assert held <= 64 * 2**20 + slack, f"{len(idle)} idle workers hold {held / 2**20:.0f} MB"
-    isolation.pool().shutdown()
+    sandbox_pool.pool().shutdown()
 
 
 def _wait_dead(pid: int) -> None:
@@ -328,7 +329,7 @@ def test_an_overrun_after_a_long_history_ends_within_three_times_the_limit(tasks
     them on the new worker after an overrun must not add their whole time to the overrunning call."""
     exponent, took = _pow_exponent_taking(0.2)
     limit = max(1.0, 6 * took)
-    b = isolation.IsolatedBackends(["MathAPI"], {}, False, call_timeout_s=limit)
+    b = IsolatedBackends(["MathAPI"], {}, False, call_timeout_s=limit)
     history_s = 0.0
     for _ in range(60):
         t0 = time.perf_counter()

@@ -1,7 +1,7 @@
 """Every way a judgement or a tool worker can fail ends as a labelled failure of that one task, and the next
 task is judged normally.
 
-Faults are injected deterministically (``env_wrappers.bfcl.faults``): a worker ends at a named point, writes a
+Faults are injected deterministically (``env_wrappers.bfcl.sandbox.faults``): a worker ends at a named point, writes a
 reply that cannot be read, overruns a call limit without the test waiting for the limit, or exceeds its real
 memory cap. Workers read the fault from their environment, so each test sets it, then starts from an empty
 pool (workers forked before it would not see it) and leaves an empty pool behind (so no later test meets it).
@@ -18,11 +18,13 @@ import sys
 
 import pytest
 
-from env_wrappers.bfcl import faults, isolation
-from env_wrappers.bfcl.isolation import is_timeout_result
-from env_wrappers.bfcl.judge import _judge_replayed, _replay, judge_result
-from env_wrappers.bfcl.perturb import ground_truth_steps, to_result
-from env_wrappers.bfcl.tasks import load_tasks
+from env_wrappers.bfcl.environment.backends import is_timeout_result
+from env_wrappers.bfcl.environment.judge import _judge_replayed, _replay, judge_result
+from env_wrappers.bfcl.environment.perturb import ground_truth_steps, to_result
+from env_wrappers.bfcl.environment.tasks import load_tasks
+from env_wrappers.bfcl.sandbox import faults
+from env_wrappers.bfcl.sandbox import pool as sandbox_pool
+from env_wrappers.bfcl.sandbox.worker import WorkerDied, WorkerTimeout
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOSTILE = "multi_turn_base_15"  # GorillaFileSystem + MathAPI: ``power`` is one of its functions
@@ -40,11 +42,11 @@ def inject(monkeypatch):
     """``inject(spec)``: faults for the workers started from now on (see ``faults``)."""
     def _set(spec: str) -> None:
         monkeypatch.setenv(faults.ENV_VAR, spec)
-        isolation.pool().shutdown()
+        sandbox_pool.pool().shutdown()
 
     yield _set
     monkeypatch.delenv(faults.ENV_VAR, raising=False)
-    isolation.pool().shutdown()
+    sandbox_pool.pool().shutdown()
 
 
 def _good(task) -> list:
@@ -176,18 +178,18 @@ def test_one_overrunning_call_gets_the_time_limit_text(tasks, inject):
 
 def test_a_judge_killed_while_idle_is_replaced(tasks):
     """An idle judgement worker killed from outside (the system's OOM killer, an operator) is not reused."""
-    isolation.pool().shutdown()
+    sandbox_pool.pool().shutdown()
     _assert_ordinary_judges_normally(tasks)
-    idle = list(isolation.pool()._judges)
+    idle = list(sandbox_pool.pool()._judges)
     assert idle, "the judgement worker did not go back to the pool"
     for w in idle:
         os.kill(w.process.pid, signal.SIGKILL)
         w.process.join(10)
     try:
         _assert_ordinary_judges_normally(tasks)
-        assert all(w not in isolation.pool()._judges for w in idle)
+        assert all(w not in sandbox_pool.pool()._judges for w in idle)
     finally:
-        isolation.pool().shutdown()
+        sandbox_pool.pool().shutdown()
 
 
 # -------------------------------------------------------------------------------------- tool worker faults
@@ -195,7 +197,7 @@ def test_a_judge_killed_while_idle_is_replaced(tasks):
 
 def _rollout(task, calls_per_turn: list, limit: float = 10.0):
     """Play ``calls_per_turn`` (one BFCL python call list per turn) through a real isolated rollout."""
-    from env_wrappers.bfcl.env import BFCLEnv
+    from env_wrappers.bfcl.environment.env import BFCLEnv
 
     env = BFCLEnv(task, call_format="python", call_timeout_s=limit)
     env.reset()
@@ -218,7 +220,7 @@ def test_a_tool_worker_reply_fault_costs_that_call_only(tasks, inject, kind):
     env.close()
     assert results[1][1] == "Error during execution: call to grep stopped the tool backend", results[1]
     assert not any(str(r).startswith("Error") for r in results[0] + results[1][:1] + results[3]), results
-    from env_wrappers.bfcl.environment import BFCLEnvironment
+    from env_wrappers.bfcl.environment.environment import BFCLEnvironment
 
     v = BFCLEnvironment().verify(task, env.trace)
     assert len(v.checks) == task.n_turns and not any(c.checker_error for c in v.checks)
@@ -233,7 +235,7 @@ def test_the_memory_cap_hit_while_building_a_rollouts_state_closes_its_tools(tas
     results = [c.result for t in env.trace.turns for a in t.attempts for c in a.calls if c.parsed]
     env.close()
     assert results and all("tool backend could not start" in r and "MemoryError" in r for r in results), results[:2]
-    from env_wrappers.bfcl.environment import BFCLEnvironment
+    from env_wrappers.bfcl.environment.environment import BFCLEnvironment
 
     v = BFCLEnvironment().verify(task, env.trace)
     # The verifier judges the calls by replaying them in its own worker (as BFCL's checker does): they pass.
@@ -245,7 +247,7 @@ def test_the_memory_cap_hit_while_building_a_rollouts_state_closes_its_tools(tas
 
 def test_a_judgement_cannot_be_half_empty(tasks):
     """The old failure path returned ``(verdict, None, None)``, which its caller read as a verdict."""
-    from env_wrappers.bfcl.verifier import Judged
+    from env_wrappers.bfcl.environment.verifier import Judged
 
     task = tasks[HOSTILE]
     failed = Judged.checker_error(task, [[] for _ in range(task.n_turns)], "why")
@@ -258,14 +260,14 @@ def test_a_judgement_cannot_be_half_empty(tasks):
 def test_no_reply_in_time_is_a_typed_timeout_and_a_dead_worker_is_not():
     """A tool worker that does not answer raises ``WorkerTimeout``; the caller tells it from a worker that ended
     by its type, not by the wording of a message."""
-    w = isolation.pool().acquire(None)
+    w = sandbox_pool.pool().acquire(None)
     try:
-        with pytest.raises(isolation.WorkerTimeout):
+        with pytest.raises(WorkerTimeout):
             w.receive(0.05)  # an idle worker was asked nothing: no reply can come
         os.kill(w.process.pid, signal.SIGKILL)
         w.process.join(10)
-        with pytest.raises(isolation.WorkerDied) as err:
+        with pytest.raises(WorkerDied) as err:
             w.receive(5.0)
-        assert not isinstance(err.value, isolation.WorkerTimeout)
+        assert not isinstance(err.value, WorkerTimeout)
     finally:
         w.kill()

@@ -30,7 +30,7 @@ STEPS = 2
 def _bench(out: str) -> tuple[subprocess.CompletedProcess, float]:
     env = dict(os.environ, SEAL_CPU_VENV=VENV)
     t0 = time.time()
-    proc = subprocess.run([os.path.join(VENV, "bin", "python"), "bench/bench_learning.py", "--variants", "seal",
+    proc = subprocess.run([os.path.join(VENV, "bin", "python"), "-m", "bench.bench_learning", "--variants", "seal",
                            "--seeds", "1", "--steps", str(STEPS), "--window", "1", "--out", out, "--no-plot"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
     return proc, time.time() - t0

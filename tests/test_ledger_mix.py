@@ -1,4 +1,4 @@
-"""The ledger warm start's mixed stage (recipes/ledger_cpu/ledger_mix.py): every training task gets a failing
+"""The ledger warm start's mixed stage (seal_verl.warm_start.ledger_mix): every training task gets a failing
 trajectory whose labels the real verifier and Psi confirm, the kinds are spread over the tasks, and the rows come
 from verl's real agent loop under both cue states with the planned labels, so cue text says nothing about
 which behaviour is right."""
@@ -9,9 +9,8 @@ from collections import Counter
 
 import pytest
 
-from _scripts import load_script
-
-MIX = load_script("recipes/ledger_cpu/ledger_mix.py", "ledger_mix_under_test")
+from seal_verl.warm_start import ledger as LEDGER
+from seal_verl.warm_start import ledger_mix as MIX
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +62,31 @@ def test_failing_rows_come_from_the_agent_loop_with_the_planned_labels(train_ids
     assert rows[1]["prompt_tokens"] > rows[0]["prompt_tokens"]
 
 
-@pytest.mark.parametrize("script", ["recipes/ledger_cpu/ledger_mix.py", "recipes/ledger_cpu/ledger_warm_start.py"])
-def test_a_base_that_is_not_a_model_folder_is_one_line_not_a_traceback(script, tmp_path, capsys):
-    stage = load_script(script, "stage_cli_under_test")
+@pytest.mark.parametrize("stage", [MIX, LEDGER], ids=["ledger_mix", "ledger"])
+def test_a_base_that_is_not_a_model_folder_is_one_line_not_a_traceback(stage, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         stage.main([str(tmp_path / "out"), "--base", str(tmp_path / "missing")])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "not a model folder (no config.json)" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+#: SHA-256 of the mixed stage's training rows (every training task's ground truth, then its failing plan, each under
+#: no cue and every cue kind on) rendered with the tiny tokenizer: the rows the shipped ledger model was trained on.
+#: A change here changes every ledger warm start built after it (and its cache key); update it only on purpose.
+MIXED_ROWS_SHA256 = "b729e9ac50d7cddf8769a44084946df4167083942c9402069ee461929a316fb2"
+
+
+def test_the_mixed_stage_trains_on_the_rows_it_always_did(train_ids, tmp_path):
+    import hashlib
+    import json
+
+    from seal_verl.dry_run import tiny_model
+
+    base = tiny_model(str(tmp_path / "tiny-random"))
+    rows = LEDGER.render_rows(base, train_ids, str(tmp_path))
+    failing, dropped = MIX.render_failure_rows(base, MIX.failure_plans(train_ids), str(tmp_path))
+    assert dropped == [] and len(rows) == len(failing) == 2 * len(train_ids)
+    digest = hashlib.sha256(json.dumps([[r["task_id"], r["interface"], r.get("failure"), r["input_ids"], r["labels"]]
+                                        for r in rows + failing]).encode()).hexdigest()
+    assert digest == MIXED_ROWS_SHA256

@@ -1,20 +1,13 @@
-"""recipes/ledger_cpu/prepare_ledger.py's reading of a warm start's behaviour: the sampled label mix and the
-band the learning benchmark's settings were chosen for. The first three mixes below were measured: the mixed stage's
-model, the four-stage model it starts from, and the model the first two stages built on a second machine
-(docs/benchmarks.md)."""
+"""The ledger warm start's reading of its model's behaviour (seal_verl.warm_start.ledger_stages): the sampled label
+mix and the band the learning benchmark's settings were chosen for. The first three mixes below were measured: the
+mixed stage's model, the four-stage model it starts from, and the model the first two stages built on a second
+machine (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location("prepare_ledger",
-                                               os.path.join(REPO, "recipes", "ledger_cpu", "prepare_ledger.py"))
-pl = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(pl)
+from seal_verl.warm_start import ledger_stages as pl
 
 
 def info_from(counts: dict) -> dict:
@@ -26,7 +19,7 @@ def info_from(counts: dict) -> dict:
 
 
 @pytest.mark.parametrize("counts, right_tool, problems", [
-    # after the mixed stage (ledger_mix.py): a quarter of the turns on the right tool, a tenth exactly right
+    # after the mixed stage (ledger_mix): a quarter of the turns on the right tool, a tenth exactly right
     ({"missing_tool_call": 63, "invalid_tool_call": 26, "argument_mismatch": 19, "pass": 14, "state_mismatch": 6},
      0.26, []),
     # after the four supervised stages: the right tool on most turns, little left to sharpen but the arguments

@@ -27,10 +27,10 @@ import time
 
 import pytest
 
-from env_wrappers.bfcl import perturb as P
-from env_wrappers.bfcl.calls import canonical_call, split_call
-from env_wrappers.bfcl.env import BFCLEnv
-from env_wrappers.bfcl.tasks import load_split, load_tasks
+from env_wrappers.bfcl.environment import perturb as P
+from env_wrappers.bfcl.environment.calls import canonical_call, split_call
+from env_wrappers.bfcl.environment.env import BFCLEnv
+from env_wrappers.bfcl.environment.tasks import load_split, load_tasks
 from env_wrappers.observation import HINT_PREFIX, PREVIOUS_TURN_PREFIX, SealObservationWrapper
 from seal_verl import cues as cue_text
 from seal_verl import interface as omega

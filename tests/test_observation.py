@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from env_wrappers.bfcl.env import REVEAL_MESSAGE, BFCLEnv
-from env_wrappers.bfcl.examples import examples
-from env_wrappers.bfcl.tasks import load_tasks
+from env_wrappers.bfcl.environment.env import REVEAL_MESSAGE, BFCLEnv
+from env_wrappers.bfcl.environment.examples import examples
+from env_wrappers.bfcl.environment.tasks import load_tasks
 from env_wrappers.observation import (
     CUE_SEPARATOR,
     HINT_PREFIX,

@@ -182,8 +182,8 @@ def _write_controlled_results(root) -> dict:
     returns ``{task_id: kind}`` of every entry that was set."""
     import shutil
 
-    from env_wrappers.bfcl.perturb import ground_truth_steps, perturb, to_result
-    from env_wrappers.bfcl.tasks import load_tasks
+    from env_wrappers.bfcl.environment.perturb import ground_truth_steps, perturb, to_result
+    from env_wrappers.bfcl.environment.tasks import load_tasks
 
     src, dst = root / "result", root / CONTROLLED_RESULT
     shutil.rmtree(dst, ignore_errors=True)

@@ -169,8 +169,8 @@ def test_paper_reward_is_the_verifier_unchanged():
 
     from _play import play
 
-    from env_wrappers.bfcl.examples import examples
-    from env_wrappers.bfcl.tasks import load_tasks
+    from env_wrappers.bfcl.environment.examples import examples
+    from env_wrappers.bfcl.environment.tasks import load_tasks
 
     tid, result = examples("json")["spurious_tool_call"]
     task = load_tasks()[tid]

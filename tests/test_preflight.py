@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from env_wrappers.bfcl import preflight as P
+from env_wrappers.bfcl.environment import preflight as P
 
 
 def test_attention_without_flash_attn_points_at_sdpa(monkeypatch):
@@ -28,7 +28,7 @@ def test_recipe_budget_is_read_from_the_recipe():
 
 
 def _data(tmp_path, fmt, ids=("multi_turn_base_0", "multi_turn_long_context_0")):
-    from env_wrappers.bfcl.prepare_data import prepare_data
+    from env_wrappers.bfcl.environment.prepare_data import prepare_data
 
     split = tmp_path / "split.json"
     split.write_text(json.dumps({"train": [ids[0]], "eval": [ids[1]]}))
@@ -49,7 +49,7 @@ def test_data_of_the_other_call_format_fails(tmp_path):
 def test_prepare_data_keeps_call_formats_in_their_own_folders(tmp_path):
     """Writing the second format over the first used to overwrite it silently; now it is refused."""
     out = _data(tmp_path, "json")
-    from env_wrappers.bfcl.prepare_data import prepare_data
+    from env_wrappers.bfcl.environment.prepare_data import prepare_data
 
     split = str(tmp_path / "split.json")
     with pytest.raises(ValueError, match="holds call_format=json data; write call_format=python to its own folder"):

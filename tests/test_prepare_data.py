@@ -7,8 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from env_wrappers.bfcl.prepare_data import EVAL_AGENT, TRAIN_AGENT, build_rows, prepare_data, read_split_file
-from env_wrappers.bfcl.tasks import CATEGORIES, load_split
+from env_wrappers.bfcl.environment.prepare_data import EVAL_AGENT, TRAIN_AGENT, build_rows, prepare_data, read_split_file
+from env_wrappers.bfcl.environment.tasks import CATEGORIES, load_split
 from seal_verl.cli import main as cli_main
 
 COLUMNS = {"data_source", "agent_name", "prompt", "ability", "reward_model", "extra_info"}

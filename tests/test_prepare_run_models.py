@@ -6,17 +6,13 @@ warm start made the next ``make bench-learning`` rebuild its four stages)."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 
 import pytest
+from _scripts import load_script
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location(
-    "seal_prepare_run", os.path.join(REPO, "recipes", "bfcl_v3", "cpu", "prepare_run.py"))
-pr = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(pr)
+pr = load_script("recipes/bfcl_v3/cpu/prepare_run.py", "seal_prepare_run")
 
 
 def _digests(folder):

@@ -1,33 +1,18 @@
-"""``recipes/bfcl_v3/cpu/probe_cues.py``: the ground truth under every subset of the chosen start-of-task cue kinds,
-rendered by the real ``seal_bfcl`` agent loop and scored token by token by a real (tiny, random) model."""
+"""``python -m seal_verl.warm_start.probe_cues``: the ground truth under every subset of the chosen start-of-task cue
+kinds, rendered by the real ``seal_bfcl`` agent loop and scored token by token by a real (tiny, random) model."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import os
-import sys
 
 import pytest
 
 from seal_verl import dry_run as D
+from seal_verl.warm_start import probe_cues as P
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CPU = os.path.join(REPO, "recipes", "bfcl_v3", "cpu")
 TASK = "multi_turn_base_100"
 KINDS = ["call_format", "ask_or_abstain"]
-
-
-def _module():
-    sys.path.insert(0, CPU)
-    spec = importlib.util.spec_from_file_location("seal_probe_cues", os.path.join(CPU, "probe_cues.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-P = _module()
 
 
 @pytest.fixture(scope="module")

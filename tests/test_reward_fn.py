@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from _play import play
 
-from env_wrappers.bfcl import verifier as verifier_mod
-from env_wrappers.bfcl.env import BFCLEnv
-from env_wrappers.bfcl.examples import examples
-from env_wrappers.bfcl.perturb import ground_truth_steps, perturb, render_step
+from env_wrappers.bfcl.environment import verifier as verifier_mod
+from env_wrappers.bfcl.environment.env import BFCLEnv
+from env_wrappers.bfcl.environment.examples import examples
+from env_wrappers.bfcl.environment.perturb import ground_truth_steps, perturb, render_step
 from seal_verl import taxonomy as tx
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,14 +115,14 @@ def test_every_label_appears(samples, tasks, monkeypatch):
         return real(model, gt)
 
     monkeypatch.setattr(verifier_mod, "_compare", flaky)
-    from env_wrappers.bfcl import isolation
+    from env_wrappers.bfcl.sandbox import pool as sandbox_pool
 
-    isolation.pool().shutdown()  # judgements run in forked workers: these are forked with the patch
+    sandbox_pool.pool().shutdown()  # judgements run in forked workers: these are forked with the patch
     task, trace = samples[("json", "pass")]
     try:
         out = score(task, trace)
     finally:
-        isolation.pool().shutdown()  # and none of them judges for a later test
+        sandbox_pool.pool().shutdown()  # and none of them judges for a later test
     labels = json.loads(out["seal_labels"])
     seen |= set(labels)
     assert tx.CHECKER_ERROR in labels and out["seal_checker_error"] == 1.0

@@ -10,10 +10,11 @@ import os
 
 import pytest
 
-from env_wrappers.bfcl import faults, isolation
-from env_wrappers.bfcl.judge import _replay
-from env_wrappers.bfcl.perturb import ground_truth_steps, to_result
-from env_wrappers.bfcl.tasks import load_tasks
+from env_wrappers.bfcl.environment.judge import _replay
+from env_wrappers.bfcl.environment.perturb import ground_truth_steps, to_result
+from env_wrappers.bfcl.environment.tasks import load_tasks
+from env_wrappers.bfcl.sandbox import faults
+from env_wrappers.bfcl.sandbox import pool as sandbox_pool
 from reward_fns.seal_reward import compute_score
 from seal_verl.cli import main
 
@@ -83,7 +84,9 @@ def test_cue_tokens_still_read(trace_dict):
 def test_eval_scoring_labels_an_unjudgeable_result_and_scores_the_rest(tmp_path, tasks, monkeypatch):
     """``seal-verl eval``'s scoring: a result whose judgement fails (the judge worker ends before it replies)
     is that task's checker_error row; the other task is scored; both are in labels.jsonl."""
-    from env_wrappers.bfcl.evaluate import EvalConfig, ResultStore, score
+    from env_wrappers.bfcl.evaluation.config import EvalConfig
+    from env_wrappers.bfcl.evaluation.result_files import ResultStore
+    from env_wrappers.bfcl.evaluation.scoring import score
 
     hostile, ordinary = tasks["multi_turn_base_15"], tasks[TASK]
     cfg = EvalConfig(base_url="http://127.0.0.1:9", model="m", out=str(tmp_path), mode="prompt",
@@ -92,12 +95,12 @@ def test_eval_scoring_labels_an_unjudgeable_result_and_scores_the_rest(tmp_path,
     for t in (hostile, ordinary):
         store.append(t, to_result(t, ground_truth_steps(t), "python"))
     monkeypatch.setenv(faults.ENV_VAR, f"judge=exit@finish#{hostile.id}")
-    isolation.pool().shutdown()
+    sandbox_pool.pool().shutdown()
     try:
         summary = score(cfg, [hostile, ordinary], store, "python")
     finally:
         monkeypatch.delenv(faults.ENV_VAR)
-        isolation.pool().shutdown()
+        sandbox_pool.pool().shutdown()
     with open(os.path.join(tmp_path, "labels.jsonl")) as f:
         rows = {r["id"]: r for r in map(json.loads, f)}
     assert rows[hostile.id]["labels"] == ["checker_error"] * hostile.n_turns

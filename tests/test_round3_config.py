@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
 
 from seal_verl.verl_glue.config import SealConfigError, parse_seal_config
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 
 
 # ----------------------------------------------------------------------------------------------- the config
@@ -107,7 +104,7 @@ def test_a_checkpoint_of_another_format_names_the_field(tmp_path, fmt):
 
 @pytest.fixture(scope="module")
 def good_run(tmp_path_factory):
-    from bench_report import write_run
+    from bench.bench_report import write_run
 
     path = str(tmp_path_factory.mktemp("run") / "run")
     write_run(path, steps=3, rollouts=2, val_every=1, probe_every=1)
@@ -191,7 +188,7 @@ def test_an_eval_folder_with_malformed_scores_and_labels(tmp_path):
 
 
 def test_a_10000_step_folder_reports_every_step(tmp_path):
-    from bench_report import write_run
+    from bench.bench_report import write_run
     from seal_verl.run_report import load_run
 
     write_run(str(tmp_path / "run"), steps=10_000, rollouts=1, val_every=0, probe_every=0)

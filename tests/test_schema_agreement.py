@@ -12,9 +12,9 @@ import re
 
 import pytest
 
-from env_wrappers.bfcl.env import BFCLEnv
-from env_wrappers.bfcl.schema import SchemaChecker, to_openai_tool
-from env_wrappers.bfcl.tasks import load_tasks
+from env_wrappers.bfcl.environment.env import BFCLEnv
+from env_wrappers.bfcl.environment.schema import SchemaChecker, to_openai_tool
+from env_wrappers.bfcl.environment.tasks import load_tasks
 from seal_verl.cues import error_cue
 from seal_verl.trace import CallRecord
 

@@ -25,14 +25,16 @@ CAP_MB = 256
 
 SCRIPT = r"""
 import json, resource, sys, time
-from env_wrappers.bfcl import isolation
-from env_wrappers.bfcl.env import BFCLEnv
-from env_wrappers.bfcl.environment import BFCLEnvironment
-from env_wrappers.bfcl.judge import judge_result
-from env_wrappers.bfcl.tasks import load_tasks
+from env_wrappers.bfcl.environment.env import BFCLEnv
+from env_wrappers.bfcl.environment.environment import BFCLEnvironment
+from env_wrappers.bfcl.environment.judge import judge_result
+from env_wrappers.bfcl.environment.tasks import load_tasks
+from env_wrappers.bfcl.sandbox import pool as sandbox_pool
+from env_wrappers.bfcl.sandbox import worker as sandbox_worker
+from env_wrappers.bfcl.sandbox.client import IsolatedBackends
 
 mode, task_id, limit, cap = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
-isolation.DEFAULT_MEMORY_LIMIT_MB = cap  # the cap of every worker this process starts from now on
+sandbox_worker.DEFAULT_MEMORY_LIMIT_MB = cap  # the cap of every worker this process starts from now on
 task = load_tasks([task_id])[task_id]
 depth, width = 115, 30_000
 names = [(str(k) * width)[:width] for k in range(depth)]
@@ -55,14 +57,14 @@ def peak():
 
 if mode == "rollout":
     env = BFCLEnv(task, call_format="json", call_timeout_s=limit, max_steps_per_turn=len(steps) + 5)
-    env._backends = isolation.IsolatedBackends(*env._backend_args[:3], call_timeout_s=limit, memory_limit_mb=cap)
+    env._backends = IsolatedBackends(*env._backend_args[:3], call_timeout_s=limit, memory_limit_mb=cap)
     env.reset()
     for s in steps:
         env.step("".join("<tool_call>\n" + json.dumps(tool_call(c)) + "\n</tool_call>" for c in s))
     while not env.done:
         env.step("Done.")
     env.close()
-    isolation.pool().shutdown()
+    sandbox_pool.pool().shutdown()
     before, t0 = peak(), time.perf_counter()
     v = BFCLEnvironment().verify(task, env.trace, call_timeout_s=limit)
     elapsed = time.perf_counter() - t0
@@ -71,7 +73,7 @@ if mode == "rollout":
 else:
     result = [["[" + ", ".join(s) + "]" for s in steps] + ["Done."]] + [["Done."]] * (task.n_turns - 1)
     before, t0 = peak(), time.perf_counter()
-    from env_wrappers.bfcl.judge import _judge_replayed, _replay
+    from env_wrappers.bfcl.environment.judge import _judge_replayed, _replay
 
     env = _replay(task, result, "python", limit)
     j = _judge_replayed(task, env, False, limit)
@@ -107,7 +109,7 @@ def test_the_verifier_runs_no_model_call_in_the_judging_process(mode):
     ``diagnose``, ``eval`` scoring) judge a trajectory with a memory bomb and a lock-holding call: the judging
     process grows by far less than the bomb, the judgement ends within a few time limits, the lock-holding
     call is recorded as stopped at its limit and the bomb as an error, and every turn still gets a check."""
-    from env_wrappers.bfcl.isolation import is_timeout_result
+    from env_wrappers.bfcl.environment.backends import is_timeout_result
 
     r = _judge_in_fresh_process(mode)
     assert r["checks"] == r["n_turns"]
@@ -133,13 +135,14 @@ def test_a_judgement_worker_that_grew_is_not_reused(monkeypatch, fragmented_pare
     idle (what it took, the allocator may keep); a plain judgement after it gets a clean worker, which is
     kept warm. Nothing is left after shutdown. With a fragmented parent (the case of a full test run), the
     growth is in private pages only: a worker's resident peak did not see it."""
-    from env_wrappers.bfcl import isolation
-    from env_wrappers.bfcl.isolated_verify import verify_isolated
-    from env_wrappers.bfcl.tasks import load_tasks
+    from env_wrappers.bfcl.environment.isolated_verify import verify_isolated
+    from env_wrappers.bfcl.environment.tasks import load_tasks
+    from env_wrappers.bfcl.sandbox import pool as sandbox_pool
+    from env_wrappers.bfcl.sandbox import worker as sandbox_worker
 
     task = load_tasks(["multi_turn_base_0"])["multi_turn_base_0"]
-    monkeypatch.setattr(isolation, "DEFAULT_MEMORY_LIMIT_MB", 160)
-    pool = isolation.pool()
+    monkeypatch.setattr(sandbox_worker, "DEFAULT_MEMORY_LIMIT_MB", 160)
+    pool = sandbox_pool.pool()
     pool.shutdown()
     pin = _fragment_heap() if fragmented_parent else None  # noqa: F841  # kept alive until the workers fork
     heavy = ["mkdir(dir_name='d')", "cd(folder='d')"]

@@ -1,7 +1,8 @@
 """The warm starts' training rows come from the real agent loop: the scripted ground truth of a task, rendered
 under each cue state asked for, passes and gives one row per state with the cues of that state in its text.
 
-Both warm starts (BFCL's and the ledger's) render through one function, ``warm_start.render_under_cue_states``.
+Both warm starts (BFCL's and the ledger's) render through one function,
+``seal_verl.warm_start.pipeline.render_under_cue_states``.
 """
 
 from __future__ import annotations
@@ -10,9 +11,8 @@ import json
 
 import pytest
 
-from _scripts import load_script
-
-WS = load_script("recipes/bfcl_v3/cpu/warm_start.py", "warm_start_render_under_test")
+from seal_verl.warm_start import bfcl_cpu as WS
+from seal_verl.warm_start import ledger as ledger_ws
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +34,6 @@ def test_ledger_rows_come_under_no_cue_and_under_every_cue(base_model, tmp_path)
     from seal_verl import dry_run as dr
     from seal_verl.interface import CUE_KINDS
 
-    ledger_ws = load_script("recipes/ledger_cpu/ledger_warm_start.py", "ledger_warm_start_under_test")
-
     task = dr.environment(ledger_ws.ENV).task_ids("train")[0]
     rows = ledger_ws.render_rows(base_model, [task], str(tmp_path))
     assert [(r["task_id"], r["interface"]) for r in rows] == [(task, "none"), (task, ",".join(CUE_KINDS))]
@@ -45,7 +43,6 @@ def test_ledger_rows_come_under_no_cue_and_under_every_cue(base_model, tmp_path)
 
 def test_both_warm_starts_grade_sampled_rollouts_with_the_real_reward(base_model, tmp_path):
     """The pass rates that stop each warm start: every task gets its samples, each with a score and labels."""
-    ledger_ws = load_script("recipes/ledger_cpu/ledger_warm_start.py", "ledger_warm_start_under_test")
     from seal_verl import dry_run as dr
 
     with open(WS.DEFAULT_SPLIT) as f:

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from _scripts import load_script
-
-WS = load_script("recipes/bfcl_v3/cpu/warm_start.py", "warm_start_under_test")
+from seal_verl.warm_start import pipeline as WS
 TASKS = ["base_100", "base_104", "miss_func_100", "miss_param_100"]
 
 

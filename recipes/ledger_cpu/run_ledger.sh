@@ -2,7 +2,8 @@
 # One run of the ledger learning benchmark through verl's own launcher (`python -m verl.trainer.main_ppo`), the
 # same path as recipes/bfcl_v3/cpu/run_cpu.sh: the BFCL V3 recipe's composition and variant groups, the CPU
 # overlay (+cpu=tiny), and the ledger overlay (+learn=ledger: agent loops, reward function, sizes, proactive
-# cues on). The model is the ledger warm start (prepare_ledger.py), the same for every run.
+# cues on). The model is the ledger warm start (prepare_ledger.py: seal_verl.warm_start.ledger_stages), the same for
+# every run.
 #
 #   VARIANT=grpo STEPS=20 SEED=1 OUT=runs/ledger/grpo_s1 bash recipes/ledger_cpu/run_ledger.sh [hydra overrides]
 #

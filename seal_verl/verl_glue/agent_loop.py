@@ -23,7 +23,7 @@ Token layout (verl's Continuous Token builder, the path ``ToolAgentLoop`` uses):
 
 - the prompt: the task's first user turn rendered with the backbone's own chat template
   (``ct_build_initial_tokens``); the environment's ``initial_messages`` says how the tools are shown (as
-  ``tools=`` for the chat template, or in a system prompt of its own; BFCL: :mod:`env_wrappers.bfcl.prompts`);
+  ``tools=`` for the chat template, or in a system prompt of its own; BFCL: :mod:`env_wrappers.bfcl.environment.prompts`);
 - each assistant message: the generated token ids, appended as is (``ct_merge_assistant_token``), mask 1;
 - tool results: one ``tool`` role message per executed call (``tool_role``, default ``tool``; Llama 3.1
   templates render it as ``ipython``), rendered by the chat template (``ct_merge_context_msg``), mask 0;

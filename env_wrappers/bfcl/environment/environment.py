@@ -2,7 +2,9 @@
 
 Thin: tasks come from :mod:`.tasks`, episodes are :class:`.env.BFCLEnv`, prompts from :mod:`.prompts`, and the
 verdict with its per-turn checks from :func:`.judge.verify_trace` (BFCL's checker semantics on safe
-execution). Row consistency checks live here because only BFCL knows its categories and ground truth.
+execution). Row consistency checks live here because only BFCL knows its categories and ground truth. Its
+subcommands of the command line come from :mod:`.commands` (preparing a run) and ``evaluation.commands``
+(result files, ``eval``).
 """
 
 from __future__ import annotations
@@ -71,11 +73,12 @@ class BFCLEnvironment(Environment):
 
 
     def commands(self) -> dict:
-        from . import commands
+        from ..evaluation import commands as evaluation
+        from . import commands as preparation
 
-        return {"diagnose": commands.diagnose, "demo-results": commands.demo_results,
-                "prepare-data": commands.prepare_data_command, "eval": commands.eval_command,
-                "bfcl-ids": commands.bfcl_ids_command, "preflight": commands.preflight_command}
+        return {"diagnose": evaluation.diagnose, "demo-results": evaluation.demo_results,
+                "prepare-data": preparation.prepare_data_command, "eval": evaluation.eval_command,
+                "bfcl-ids": evaluation.bfcl_ids_command, "preflight": preparation.preflight_command}
 
     # ---------------------------------------------------------------------------------------- data, scripting
     def dataset_rows(self, task_ids: list[str], split: str, call_format: str) -> list[dict]:

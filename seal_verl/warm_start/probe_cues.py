@@ -1,7 +1,7 @@
 """How a model fares under each cue state: the ground truth of the CPU split's training tasks, rendered by the
 real ``seal_bfcl`` agent loop under every subset of the start-of-task cue kinds, scored token by token.
 
-    python recipes/bfcl_v3/cpu/probe_cues.py MODEL_DIR [--split-file F] [--kinds K ...] [--top N] [--json OUT]
+    python -m seal_verl.warm_start.probe_cues MODEL_DIR [--split-file F] [--kinds K ...] [--top N] [--json OUT]
 
 For each interface state it prints the mean of ``exp(-NLL)`` over the tasks (the probability that sampling at
 temperature 1 reproduces the ground truth, a lower bound on the pass rate) and each task's summed NLL; then, for
@@ -21,10 +21,8 @@ import os
 import sys
 from typing import Optional
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
-from warm_start import DEFAULT_SPLIT, WarmStartError, _render_rows  # noqa: E402
+from seal_verl.warm_start.bfcl_cpu import DEFAULT_SPLIT, read_split, render_rows
+from seal_verl.warm_start.pipeline import WarmStartError
 
 #: error feedback only follows an error; a ground-truth trajectory has none
 NOT_AT_START = ("error_recovery",)
@@ -55,7 +53,7 @@ def probe(model_dir: str, task_ids: list[str], kinds: list[str], out: str) -> di
     from transformers import AutoModelForCausalLM
 
     subsets = [tuple(c) for n in range(len(kinds) + 1) for c in itertools.combinations(kinds, n)]
-    rows = _render_rows(model_dir, task_ids, out, subsets)
+    rows = render_rows(model_dir, task_ids, out, subsets)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
     model.eval()
     states: dict[str, dict] = {}
@@ -92,7 +90,7 @@ def format_table(states: dict, task_ids: list[str]) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m seal_verl.warm_start.probe_cues", description=__doc__.splitlines()[0])
     p.add_argument("model", help="model folder (e.g. runs/cpu/models/tiny-warm)")
     p.add_argument("--split-file", default=DEFAULT_SPLIT, help="its train ids are the tasks probed (default: %(default)s)")
     p.add_argument("--kinds", nargs="+", default=None,
@@ -100,7 +98,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--top", type=int, default=5, help="costliest tokens listed (default: %(default)s)")
     p.add_argument("--json", default=None, help="also write the per-state numbers (no per-token lists) here")
     args = p.parse_args(argv)
-    from env_wrappers.bfcl.prepare_data import read_split_file
     from seal_verl.dry_run import quiet_libraries
 
     if not os.path.isfile(os.path.join(args.model, "config.json")):
@@ -117,7 +114,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     from transformers import AutoTokenizer
 
     try:
-        task_ids = list(read_split_file(args.split_file)["train"])
+        task_ids = list(read_split(args.split_file)["train"])
         with tempfile.TemporaryDirectory() as tmp:
             states = probe(args.model, task_ids, kinds, tmp)
     except (WarmStartError, ValueError, FileNotFoundError) as e:

@@ -7,7 +7,7 @@ ground-truth calls in the backbone's call format, the real observations from exe
 environment, a closing text answer, the next user turn (miss_func reveals included). The response side is
 everything after the prompt (model tokens + observation tokens: what ``data.max_response_length`` must hold).
 
-    python -m env_wrappers.bfcl.lengths --backbone qwen2.5 [--tokenizer DIR] [--json OUT]
+    python -m env_wrappers.bfcl.environment.lengths --backbone qwen2.5 [--tokenizer DIR] [--json OUT]
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typing import Optional
 
 def task_lengths(tok, task, fmt: str) -> dict:
     """``{"prompt", "response", "llm", "max_turn_llm", "max_obs"}`` token counts of ``task``'s GT trajectory."""
-    from env_wrappers.bfcl.env import BFCLEnv
+    from env_wrappers.bfcl.environment.env import BFCLEnv
     from env_wrappers.protocol import CLOSING_TEXT
-    from env_wrappers.bfcl.scripted import reference_turns as _gt_messages
-    from env_wrappers.bfcl import prompts
+    from env_wrappers.bfcl.environment.scripted import reference_turns as _gt_messages
+    from env_wrappers.bfcl.environment import prompts
     from env_wrappers.protocol import tool_messages
 
     _fmt = fmt
@@ -73,7 +73,7 @@ def task_lengths(tok, task, fmt: str) -> dict:
 
 def measure(backbone: str, tokenizer_dir: Optional[str] = None, task_ids: Optional[list] = None) -> dict:
     """``{task_id: lengths}`` for all 800 tasks (or ``task_ids``)."""
-    from env_wrappers.bfcl.tasks import load_tasks
+    from env_wrappers.bfcl.environment.tasks import load_tasks
 
     from seal_verl.backbones import build_tokenizer, spec
 
@@ -95,7 +95,7 @@ def measure(backbone: str, tokenizer_dir: Optional[str] = None, task_ids: Option
 
 def summary(lengths: dict) -> dict:
     """Per category: max and median of each count."""
-    from env_wrappers.bfcl.tasks import CATEGORIES, category_of
+    from env_wrappers.bfcl.environment.tasks import CATEGORIES, category_of
 
     out = {}
     for cat in list(CATEGORIES) + ["all"]:
@@ -118,7 +118,8 @@ def markdown(backbone: str, summ: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m env_wrappers.bfcl.lengths", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m env_wrappers.bfcl.environment.lengths",
+                                description=__doc__.split("\n")[0])
     p.add_argument("--backbone", required=True, help="qwen2.5 | toolace2 (or a recipe group name)")
     p.add_argument("--tokenizer", default=None, help="a saved tokenizer folder (default: build it now)")
     p.add_argument("--json", default=None, help="also write the per-task counts here")

@@ -4,8 +4,8 @@ Tasks, ground truth and tool docs come from the installed ``bfcl-eval`` package 
 what we train and evaluate on is exactly what ``bfcl generate`` / ``bfcl evaluate`` use (including the
 language hint BFCL appends to every function description).
 
-The split file ``data/bfcl_v3_seal_split.json`` is the train/eval partition released with the SEAL
-configuration (100 tasks per category in each half).
+The split file ``env_wrappers/bfcl/data/bfcl_v3_seal_split.json`` is the train/eval partition released with
+the SEAL configuration (100 tasks per category in each half).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ _LOCK = threading.Lock()
 
 @functools.lru_cache(maxsize=1)
 def _load_all() -> dict[str, BFCLTask]:
-    from . import __name__ as _pkg  # noqa: F401 - ensures BFCL_PROJECT_ROOT is set before bfcl_eval loads
+    from .. import __name__ as _pkg  # noqa: F401 - ensures BFCL_PROJECT_ROOT is set before bfcl_eval loads
     from bfcl_eval.utils import load_dataset_entry, load_ground_truth_entry
 
     tasks: dict[str, BFCLTask] = {}
@@ -116,5 +116,5 @@ def load_tasks(ids: list[str] | None = None) -> dict[str, BFCLTask]:
 
 def load_split() -> dict[str, list[str]]:
     """The SEAL train/eval partition: ``{"train": [...400 ids], "eval": [...400 ids], "description": str}``."""
-    text = resources.files(__package__).joinpath("data/bfcl_v3_seal_split.json").read_text()
+    text = resources.files("env_wrappers.bfcl").joinpath("data/bfcl_v3_seal_split.json").read_text()
     return json.loads(text)

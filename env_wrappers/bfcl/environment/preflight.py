@@ -152,10 +152,10 @@ def check_attention(attn: str, remove_padding: bool) -> Check:
 
 def check_template(tokenizer, backbone: str, task_id: str = "multi_turn_miss_func_0") -> Check:
     """The model's tokenizer renders a BFCL task with its tools in the backbone's call format."""
-    from env_wrappers.bfcl.env import BFCLEnv
-    from env_wrappers.bfcl.tasks import load_tasks
+    from env_wrappers.bfcl.environment.env import BFCLEnv
+    from env_wrappers.bfcl.environment.tasks import load_tasks
     from seal_verl.backbones import spec
-    from env_wrappers.bfcl import prompts
+    from env_wrappers.bfcl.environment import prompts
 
     s = spec(backbone)
     task = load_tasks([task_id])[task_id]
@@ -193,10 +193,10 @@ def prompt_lengths(tokenizer, backbone: str, task_ids: list, progress: bool = Tr
                    interface: Optional[dict] = None) -> dict:
     """First-prompt token counts as the agent loop renders them; with ``cues``, with every start-of-task cue a
     SEAL run can add to the first user turn (the longest first prompt training can see)."""
-    from env_wrappers.bfcl.env import BFCLEnv
-    from env_wrappers.bfcl.tasks import load_tasks
+    from env_wrappers.bfcl.environment.env import BFCLEnv
+    from env_wrappers.bfcl.environment.tasks import load_tasks
     from seal_verl.backbones import spec
-    from env_wrappers.bfcl import prompts
+    from env_wrappers.bfcl.environment import prompts
     from tqdm import tqdm
 
     s = spec(backbone)
@@ -296,7 +296,7 @@ def run(backbone: str, model: str, data_dir: Optional[str], max_prompt_length: O
         emit(c)
     if tokenizer is not None:
         if not ids:
-            from env_wrappers.bfcl.tasks import load_tasks
+            from env_wrappers.bfcl.environment.tasks import load_tasks
 
             ids = sorted(load_tasks())
         bare = prompt_lengths(tokenizer, backbone, ids, progress=progress)
@@ -314,7 +314,7 @@ def format_check(c: Check) -> str:
 
 
 def _recipe_file(*parts: str) -> str:
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    repo = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), *[os.pardir] * 3))
     return os.path.join(repo, "recipes", "bfcl_v3", "config", *parts)
 
 

@@ -1,8 +1,10 @@
-"""BFCL's subcommands of the ``seal-verl`` command line (``diagnose``, ``demo-results``, ``prepare-data``).
+"""BFCL's subcommands of the ``seal-verl`` command line that work on result files: ``diagnose`` (verdicts and
+Psi's labels for ``bfcl generate`` result files), ``demo-results``, ``eval`` (BFCL's protocol against an
+OpenAI-compatible server) and ``bfcl-ids``.
 
-They work on BFCL's own files (``bfcl generate`` result files, the SEAL split), so they belong to the BFCL
-environment; ``seal_verl/cli.py`` defines their arguments and reaches them through
-:meth:`env_wrappers.protocol.Environment.commands`.
+``seal_verl/cli.py`` defines their arguments and reaches them through
+:meth:`env_wrappers.protocol.Environment.commands`; they share only the argument checks of
+:mod:`seal_verl.usage` with it, never the command line's own modules.
 """
 
 from __future__ import annotations
@@ -12,16 +14,16 @@ import json
 import os
 import sys
 
-from seal_verl.cli_checks import UsageError, check_output_file
+from seal_verl.usage import UsageError, check_input_paths, check_output_file, distinct_files
 
 
 def diagnose(args: argparse.Namespace) -> int:
     """``seal-verl diagnose``: official verdict and Psi's labels for ``bfcl generate`` result files."""
     from tqdm import tqdm
 
-    from .judge import judge_result
+    from ..environment.judge import judge_result
+    from ..environment.tasks import load_tasks
     from .result_files import ReadProblem, count_lines, expand_paths, read_entries
-    from .tasks import load_tasks
 
     from seal_verl.report import format_table, plot, summarise
 
@@ -31,11 +33,14 @@ def diagnose(args: argparse.Namespace) -> int:
         check_output_file(args.plot, args.force, "--plot")
         if args.out and os.path.abspath(args.out) == os.path.abspath(args.plot):
             raise UsageError("--out and --plot name the same file")
+    check_input_paths(args.inputs)
     tasks = load_tasks()
-    files = expand_paths(args.inputs)
+    files, repeats = distinct_files(expand_paths(args.inputs))
     if not files:
         print("error: no result files found in the given paths", file=sys.stderr)
         return 2
+    for path, kept in repeats:  # judged twice it would be two rows of one result, counted twice in the table
+        print(f"warning: {path}: the same file as {kept}; judged once", file=sys.stderr)
     for option, target in (("--out", args.out), ("--plot", args.plot)):
         if target and any(_same_file(target, p) for p in files):
             raise UsageError(f"{option} {target}: is one of the result files read; give another name")
@@ -101,24 +106,6 @@ def demo_results(args: argparse.Namespace) -> int:
     return 0
 
 
-def prepare_data_command(args: argparse.Namespace) -> int:
-    """``seal-verl prepare-data``: the SEAL split as verl parquet files."""
-    from .prepare_data import SPLIT_FILES, format_summary, prepare_data
-
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise UsageError(f"--out {args.out}: is a file; give a folder")
-    for fname, _ in SPLIT_FILES.values():
-        check_output_file(os.path.join(args.out, fname), args.force, "--out")
-    try:
-        summary = prepare_data(args.out, call_format=args.call_format, split_file=args.split_file,
-                               **_prompt_budget_filter(args))
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(format_summary(summary))
-    return 0
-
-
 def eval_command(args: argparse.Namespace) -> int:
     """``seal-verl eval``: BFCL's multi-turn protocol against an OpenAI-compatible server.
 
@@ -135,7 +122,9 @@ def eval_command(args: argparse.Namespace) -> int:
 
 def _eval_command(args: argparse.Namespace) -> int:
     try:
-        from .evaluate import EvalConfig, EvalError, format_scores, run_eval
+        from .config import EvalConfig, EvalError
+        from .runner import run_eval
+        from .scoring import format_scores
 
         cfg = EvalConfig(
             base_url=args.base_url, model=args.model, out=args.out, split=args.split,
@@ -212,7 +201,7 @@ def _ignore_further_ctrl_c() -> None:
 
 def bfcl_ids_command(args: argparse.Namespace) -> int:
     """``seal-verl bfcl-ids``: the id file that restricts ``bfcl generate --run-ids`` to a split."""
-    from .evaluate import EvalError, bfcl_id_file
+    from .config import EvalError, bfcl_id_file
 
     from seal_verl.atomic import atomic_write_text
 
@@ -232,35 +221,3 @@ def bfcl_ids_command(args: argparse.Namespace) -> int:
     source = "given ids" if getattr(args, "ids", None) else f"{args.split} split"
     print(f"wrote {sum(map(len, ids.values()))} task ids ({source}) to {out}")
     return 0
-
-
-def _prompt_budget_filter(args: argparse.Namespace) -> dict:
-    """prepare-data's optional prompt-budget filter (``--model`` + ``--max-prompt-length``)."""
-    model, limit = getattr(args, "model", None), getattr(args, "max_prompt_length", None)
-    if model is None and limit is None:
-        return {}
-    if model is None or limit is None or limit < 1:
-        raise ValueError("--model and --max-prompt-length (a positive integer) go together")
-    from transformers import AutoTokenizer
-
-    from env_wrappers.bfcl.preflight import prompt_lengths
-
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    backbone = "qwen2.5" if args.call_format == "json" else "toolace2"
-    return {"prompt_tokens": lambda ids: prompt_lengths(tokenizer, backbone, ids), "max_prompt_length": limit}
-
-
-def preflight_command(args: argparse.Namespace) -> int:
-    """``seal-verl preflight``: the checks to run before a long GPU job."""
-    from .preflight import format_check, recipe_max_prompt_length, run
-
-    try:
-        from seal_verl.backbones import spec
-
-        spec(args.backbone)
-        limit = args.max_prompt_length or recipe_max_prompt_length(args.backbone)
-    except (ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return run(args.backbone, args.model, args.data_dir, limit, args.attn, args.remove_padding, args.gpus,
-               progress=not args.no_progress, emit=lambda c: print(format_check(c), flush=True))

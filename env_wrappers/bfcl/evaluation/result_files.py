@@ -1,14 +1,25 @@
-"""Reading ``bfcl generate`` result files (JSONL ``{"id": ..., "result": [turn][step]}``) robustly.
+"""``bfcl generate`` result files (JSONL ``{"id": ..., "result": [turn][step]}``): reading them robustly, where
+``seal-verl eval`` writes them, and the store it appends to.
 
-Each bad line is reported with its file and line number and skipped; the rest of the file is still read.
+Reading: each bad line is reported with its file and line number and skipped; the rest of the file is still
+read. Writing (:class:`ResultStore`): one line per finished task, appended and flushed at once, and the files
+rewritten atomically, one line per task, when a run starts and ends.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
+
+from seal_verl.atomic import atomic_write_text
+
+from ..environment.tasks import BFCLTask
+
+#: BFCL's prefix for a task that failed at inference; ``bfcl evaluate`` scores it as an inference error.
+INFERENCE_ERROR_PREFIX = "Error during inference: "
 
 #: Longest result line read (bytes). A line this long is reported and skipped without being held whole.
 MAX_LINE_BYTES = 64 * 2**20
@@ -141,3 +152,82 @@ def read_entries(path: str, known_ids) -> Iterator[ResultEntry | ReadProblem]:
                 yield ReadProblem(path, n, f"unknown task id {task_id!r} (not a BFCL V3 multi-turn task)")
                 continue
             yield ResultEntry(path, n, task_id, obj["result"])
+
+
+# ---------------------------------------------------------------------------------- where eval writes them
+
+def version_prefix() -> str:
+    """The result-file prefix of the installed bfcl-eval (``BFCL_v4`` for 2026.3.23)."""
+    try:
+        from bfcl_eval.constants.category_mapping import VERSION_PREFIX
+        return VERSION_PREFIX
+    except Exception:  # noqa: BLE001 - an unexpected layout of the package: keep the known prefix
+        return "BFCL_v4"
+
+
+def model_dir_name(model: str) -> str:
+    """BFCL's folder name for a model: ``/`` replaced by ``_``."""
+    return model.replace("/", "_")
+
+
+def result_path(out: str, model: str, category: str) -> str:
+    return os.path.join(out, "result", model_dir_name(model), "multi_turn",
+                        f"{version_prefix()}_{category}_result.json")
+
+
+# ----------------------------------------------------------------------------------------- eval's store
+
+class ResultStore:
+    """The per-category result files: read what exists, append one line per finished task (thread-safe)."""
+
+    def __init__(self, out: str, model: str):
+        self.out, self.model = out, model
+        self._lock = threading.Lock()
+
+    def path(self, category: str) -> str:
+        return result_path(self.out, self.model, category)
+
+    def load(self, categories) -> dict[str, Any]:
+        """``{id: result}`` of the entries already written (unreadable lines skipped: they are redone)."""
+        done: dict[str, Any] = {}
+        for cat in categories:
+            p = self.path(cat)
+            if not os.path.exists(p):
+                continue
+            with open(p, "rb") as f:
+                for raw in f:
+                    try:
+                        obj = json.loads(raw.decode("utf-8"))
+                    except (UnicodeDecodeError, ValueError):
+                        continue
+                    if isinstance(obj, dict) and isinstance(obj.get("id"), str) and "result" in obj:
+                        done[obj["id"]] = obj["result"]
+        return done
+
+    def append(self, task: BFCLTask, result: Any) -> None:
+        """Raises (before touching the file) when the line cannot be encoded, e.g. text with a lone surrogate."""
+        line = (json.dumps({"id": task.id, "result": result}, ensure_ascii=False) + "\n").encode("utf-8")
+        with self._lock:
+            p = self.path(task.category)
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with open(p, "ab") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+
+    def compact(self, categories, order: dict[str, int]) -> None:
+        """Rewrite each file atomically: one line per id (the last written wins), sorted as BFCL sorts."""
+        with self._lock:
+            for cat in categories:
+                p = self.path(cat)
+                if not os.path.exists(p):
+                    continue
+                entries = {k: v for k, v in self.load([cat]).items()}
+                ids = sorted(entries, key=lambda i: (order.get(i, 1 << 30), i))
+                atomic_write_text(p, "".join(json.dumps({"id": i, "result": entries[i]}, ensure_ascii=False) + "\n"
+                                             for i in ids))
+
+
+def is_inference_error(result: Any) -> bool:
+    """Whether a stored result is an inference-error entry (a text, where a played task has a list of turns)."""
+    return isinstance(result, str)

@@ -35,6 +35,22 @@ ERROR_PREFIX = "Error during execution: "
 MAX_RESULT_CHARS = 1_000_000
 
 
+#: What every time-limit error text holds between the call's name and its limit.
+TIMEOUT_MARK = " timed out after "
+
+
+def timeout_text(name: str, limit_s: float) -> str:
+    """The error result of a call stopped at its time limit (the same text in the thread mode, the sandbox and
+    the verifier)."""
+    return ERROR_PREFIX + f"call to {name}{TIMEOUT_MARK}{limit_s:g}s"
+
+
+def is_timeout_result(text: Any) -> bool:
+    """Whether a recorded call result is the error of a call stopped at its time limit (how a judgement finds,
+    in a trace, the calls not to run again)."""
+    return isinstance(text, str) and text.startswith(ERROR_PREFIX + "call to ") and TIMEOUT_MARK in text
+
+
 def too_long_text(name: str, length: int) -> str:
     """The error result of a call whose result text is over :data:`MAX_RESULT_CHARS`."""
     return ERROR_PREFIX + (f"the result of {name} has {length} characters, over the limit of "
@@ -55,7 +71,7 @@ def bound_result(call: str, outcome: tuple) -> tuple:
 #: each report the other's reading; ``MathAPI.logarithm`` sets mpmath's process-wide precision and then
 #: computes with it. Such calls run under one process-wide lock and hand back a private copy of what they
 #: return; a single call behaves exactly as before. (Rollouts run their calls in worker processes of their
-#: own, see ``isolation``; this keeps the in-process paths, the verifier's, deterministic too.)
+#: own, see the sandbox; this keeps the in-process paths, the verifier's, deterministic too.)
 SHARED_STATE_METHODS = frozenset({("VehicleControlAPI", "get_outside_temperature_from_google"),
                                   ("MathAPI", "logarithm")})
 _SHARED_STATE_LOCK = threading.Lock()
@@ -322,8 +338,7 @@ class Backends:
                     if j < idx:
                         out[i] = bound_result(calls[i], done[j])
                     elif j == idx:
-                        out[i] = (ERROR_PREFIX + f"call to {name} timed out after {self.call_timeout_s:g}s",
-                                  True, True)
+                        out[i] = (timeout_text(name, self.call_timeout_s), True, True)
                     else:
                         out[i] = (ERROR_PREFIX + self.broken, True, False)
                 return out
@@ -357,7 +372,7 @@ class Backends:
             return future.result(timeout=self.call_timeout_s)
         except concurrent.futures.TimeoutError:
             self.broken = f"tool backend stopped responding after {self.call_timeout_s:g}s; the episode's tools are unavailable"
-            return ERROR_PREFIX + f"call to {name} timed out after {self.call_timeout_s:g}s", True, True
+            return timeout_text(name, self.call_timeout_s), True, True
 
     @classmethod
     def _get_pool(cls) -> concurrent.futures.ThreadPoolExecutor:

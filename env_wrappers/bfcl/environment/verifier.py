@@ -23,9 +23,8 @@ import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from . import faults
-from .backends import Backends
-from .isolation import timeout_text
+from ..sandbox import faults
+from .backends import Backends, timeout_text
 from .tasks import BFCLTask
 
 EMPTY_TURN = "multi_turn:empty_turn_model_response"
@@ -183,7 +182,7 @@ def _ground_truth_state(task: BFCLTask, gt_calls_so_far: list, call_timeout_s: f
 def _run_model_calls(backends: Backends, calls: list, timed_out: dict, call_timeout_s: float | None,
                      on_call=None, where: tuple = ()) -> list:
     """Run the model's calls of one turn; a call the rollout recorded as stopped at its time limit is not
-    run again (the isolated rollout dropped its effects: see ``isolation``) and gets the rollout's error.
+    run again (the isolated rollout dropped its effects: see the sandbox) and gets the rollout's error.
 
     ``on_call``, if given, is told ``where + (position,)`` and the call before each call starts and None when
     it ended:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 
-from .perturb import KINDS, ground_truth_steps, perturb, to_result
-from .tasks import CATEGORIES, load_split, load_tasks
+from ..environment.perturb import KINDS, ground_truth_steps, perturb, to_result
+from ..environment.tasks import CATEGORIES, load_split, load_tasks
 
 FORMATS = ("json", "python", "fc")
 
@@ -35,7 +35,7 @@ def demo_entries(per_category: int = 12) -> list[dict]:
             entries.append({"id": task_id, "result": to_result(task, traj, fmt)})
     # One hand-made example per label (recovery, response and spurious failures do not arise from the
     # generic perturbations above).
-    from .examples import examples
+    from ..environment.examples import examples
 
     for j, (task_id, result) in enumerate(examples(FORMATS[i % len(FORMATS)]).values()):
         entries.append({"id": task_id, "result": result})

@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from seal_verl.diagnosis import Diagnosis, TurnCheck, diagnose
 from seal_verl.trace import Trace
 
-from .backends import ERROR_PREFIX
+from .backends import ERROR_PREFIX, is_timeout_result
 from .calls import split_call
 from .env import BFCLEnv
 from .isolated_verify import verify_isolated
-from .isolation import is_timeout_result
 from .tasks import BFCLTask
 from .verifier import FORCE_TERMINATED, INFERENCE_ERROR, Judged, Verdict, judge_job
 

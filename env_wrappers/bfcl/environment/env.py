@@ -46,7 +46,7 @@ class BFCLEnv:
         max_steps_per_turn: executed steps allowed per user turn before the episode is force-terminated.
         call_timeout_s: per-call time limit for backend calls (None = no limit, run inline: for trusted,
             scripted calls only).
-        isolate: run the calls in a worker process of this rollout's own (``isolation.IsolatedBackends``),
+        isolate: run the calls in a worker process of this rollout's own (``sandbox.client.IsolatedBackends``),
             where the time limit holds for any call and no process-wide setting is shared with another
             rollout. The default whenever there is a time limit; ``False`` keeps the in-process worker-thread
             limit, which a call that holds the interpreter lock overruns.
@@ -83,7 +83,7 @@ class BFCLEnv:
         never runs a call here: the verifier's model path runs them). In a worker process when isolated."""
         if self._backends is None:
             if self.isolate:
-                from .isolation import IsolatedBackends
+                from ..sandbox.client import IsolatedBackends
 
                 self._backends = IsolatedBackends(*self._backend_args)
             else:
