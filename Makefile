@@ -16,6 +16,7 @@
 #                      (LEDGER_MODEL=DIR: on that model instead of the shipped ledger warm start)
 #   make warm-starts   rebuild both warm-started models on this machine (the runs use the shipped ones unless
 #                      REBUILD=1);  make ship-warm-starts  rebuild them and replace the shipped copies
+#   make cue-effect    the cue effect of the shipped ledger warm start before any RL step (every kind on)
 #   make clean         remove the virtual environments (runs/ stays: `make clean-runs` removes results)
 PYTHON ?= python3.11
 VENV   ?= .venv
@@ -40,7 +41,7 @@ LEARN_JOBS ?= 2
 # TEST_WORKERS=0 runs the suite in this process.
 TEST_WORKERS ?= 2
 
-.PHONY: venv test test-under-load warm-starts ship-warm-starts test-cpu-training test-learning-bench test-cpu-two-nodes run run-grpo run-bfcl cpu-env dry-run diagnose-demo bench bench-learning clean clean-runs
+.PHONY: venv test test-under-load warm-starts ship-warm-starts cue-effect test-cpu-training test-learning-bench test-cpu-two-nodes run run-grpo run-bfcl cpu-env dry-run diagnose-demo bench bench-learning clean clean-runs
 
 $(VENV)/.installed: setup.py recipes/bfcl_v3/cpu/platform/setup.py Makefile requirements-backbones.txt requirements-backbone-checks.txt
 	$(PYTHON) -m venv $(VENV)
@@ -128,6 +129,11 @@ ship-warm-starts: warm-starts
 	.venv-cpu-train/bin/python -m seal_verl.shipped_models ship runs/cpu/models/ledger-mix recipes/ledger_cpu/model \
 	  --command "make ship-warm-starts" \
 	  --note "ledger environment: tiny-random fine-tuned in four supervised stages and the mixed stage (seal_verl.warm_start.ledger_stages)"
+
+# the cue effect of the shipped ledger warm start before any RL step (every cue kind on; 64 tasks x 8 samples per
+# condition, about 4 minutes): the probe's numbers for the model the closed loop starts from
+cue-effect: cpu-env
+	.venv-cpu-train/bin/python -m seal_verl.warm_start.cue_reading measure recipes/ledger_cpu/model --samples 8
 
 # the ledger learning benchmark: GRPO, SEAL, no_env_side, no_reweighting x 3 seeds (resumes finished runs)
 bench-learning: venv cpu-env

@@ -46,6 +46,7 @@ __all__ = [
     "effects",
     "metrics",
     "mean_difference_interval",
+    "effect",
     "newcombe_interval",
     "pick_tasks",
     "retire_update",
@@ -267,7 +268,9 @@ def mean_difference_interval(a: Sequence[float], b: Sequence[float], confidence:
     return max(-1.0, d - z * se), min(1.0, d + z * se)
 
 
-def _effect(a: list[float], b: list[float], confidence: float) -> Effect:
+def effect(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> Effect:
+    """The effect of ``a`` (values with the cue) against ``b`` (without): Newcombe's interval where every value is
+    0 or 1 (pass rates), else the normal interval of a difference of means."""
     n1, n2 = len(a), len(b)
     p1 = sum(a) / n1 if n1 else 0.0
     p2 = sum(b) / n2 if n2 else 0.0
@@ -292,10 +295,10 @@ def effects(records: Iterable[ProbeRecord], active: Iterable[str], confidence: f
     def of(name: str) -> list[float]:
         return passed.get(names[name], [])
 
-    out = {ALL: _effect(of(CURRENT), of(NONE), confidence)}
+    out = {ALL: effect(of(CURRENT), of(NONE), confidence)}
     for name in conds:
         if name.startswith("drop:"):
-            out[name.split(":", 1)[1]] = _effect(of(CURRENT), of(name), confidence)
+            out[name.split(":", 1)[1]] = effect(of(CURRENT), of(name), confidence)
     return out
 
 

@@ -192,7 +192,8 @@ class StateRow(TypedDict, total=False):
     base_rho: dict
     prevalence_ema: Optional[dict]
     rate_ema: Optional[dict]
-    history: list
+    history: list  # the most recent rows (loop.HISTORY_WINDOW); metrics.jsonl has one row per step
+    history_start: int  # the step of the first row kept
 
 
 class Timing(TypedDict, total=False):

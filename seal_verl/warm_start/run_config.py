@@ -50,6 +50,8 @@ class RunSettings:
     top_p: float
     #: actor_rollout_ref.rollout.agent.agent_loop_config_path (absolute)
     agent_loops: str
+    #: reward.custom_reward_function.reward_kwargs: the training reward (the ledger's per-turn credit)
+    reward_kwargs: tuple = ()
 
 
 def compose(run: str):
@@ -74,4 +76,12 @@ def run_settings(run: str) -> RunSettings:
     return RunSettings(run=run, prompt_length=int(cfg.data.max_prompt_length),
                        response_length=int(cfg.data.max_response_length), max_model_len=int(rollout.max_model_len),
                        temperature=float(rollout.temperature), top_p=float(rollout.top_p),
-                       agent_loops=os.path.abspath(str(rollout.agent.agent_loop_config_path)))
+                       agent_loops=os.path.abspath(str(rollout.agent.agent_loop_config_path)),
+                       reward_kwargs=tuple(sorted(_reward_kwargs(cfg).items())))
+
+
+def _reward_kwargs(cfg) -> dict:
+    from omegaconf import OmegaConf
+
+    fn = OmegaConf.select(cfg, "reward.custom_reward_function.reward_kwargs")
+    return dict(OmegaConf.to_container(fn, resolve=True)) if fn is not None else {}
