@@ -70,6 +70,11 @@ class Episode(Protocol):
 
     Attributes: ``trace`` (the evidence record, filled as the episode runs), ``done``, ``turn`` (index of the
     current user turn), ``call_format`` (how assistant text encodes calls; read by the observation wrapper).
+
+    Optional: ``close()`` lets go of what the episode holds (the agent loop calls it when the rollout ends; it
+    must not block), and ``async run_blocking(fn)`` runs ``fn`` (a step) from the agent loop's event loop
+    where the environment wants its steps run (BFCL: its sandbox's own threads); without it the agent loop
+    runs steps in its event loop's default executor.
     """
 
     trace: Trace

@@ -237,6 +237,40 @@ def test_reveal_docs_go_into_the_reveal_message(tiny, tasks, books, tmp_path, st
     assert json.loads(out.non_tensor_batch["seal_labels"][0]) == ["pass"] * task.n_turns
 
 
+def test_tool_steps_run_in_the_sandbox_threads_and_the_episode_lets_go_at_its_end(tiny, tasks, books, tmp_path,
+                                                                                  state_source, monkeypatch):
+    """Through verl's AgentLoopWorker: every tool step runs in the sandbox's own threads (not in the event
+    loop's default executor, which verl's own work uses), and when a rollout ends its episode has given its
+    worker and its slot back (nothing waits for the environment to be collected)."""
+    import threading
+
+    from env_wrappers.bfcl.environment.env import BFCLEnv
+    from env_wrappers.bfcl.sandbox import client as sandbox_client
+    from env_wrappers.bfcl.sandbox import pool as sandbox_pool
+
+    names = []
+    step = BFCLEnv.step
+
+    def recording(self, message):
+        names.append(threading.current_thread().name)
+        return step(self, message)
+
+    state_source(_state(all_on=False))
+    task = tasks["multi_turn_base_0"]
+    plan = books["json"].get(task, "pass")  # planned (by playing the task) before the steps are recorded
+    h = Harness(tiny, tmp_path, tasks)
+    monkeypatch.setattr(BFCLEnv, "step", recording)
+    try:
+        out = h.run([(task.id, plan), (task.id, plan)])
+    finally:
+        h.close()
+    assert json.loads(out.non_tensor_batch["seal_labels"][0]) == ["pass"] * task.n_turns
+    assert names and all(n.startswith("seal-bfcl-tool") for n in names), sorted(set(names))
+    assert sandbox_client.TOOL_THREAD_NAME == "seal-bfcl-tool"
+    stats = sandbox_pool.pool().stats()
+    assert stats["leased"] == 0 and stats["slots"] == 0, stats
+
+
 def test_eval_loop_never_adds_cues(tiny, tasks, books, tmp_path, state_source):
     """``bfcl`` renders byte-identical tokens whatever the state says; ``seal_bfcl`` adds cues only when on."""
     from env_wrappers.observation import HINT_PREFIX

@@ -23,9 +23,12 @@ and shared by three runs, in this order:
    ran. Nothing in SEAL assumes one node, and the run checks are the same as on one node;
 2. ``grpo``: variant grpo (SEAL switched off, same trainer, same data order and seeds), 1 step, one node (a step
    after an update, with its KL and sync checks, is the resumed run's);
-3. ``seal_resumed``: variant seal, one node, resumed from run 1's ``global_step_1`` checkpoint for one more step,
-   which runs under the cues the closed loop switched on after step 1: a checkpoint written on two nodes
-   resumes on one.
+3. ``seal_resumed``: variant seal, resumed from run 1's ``global_step_1`` checkpoint for one more step, which runs
+   under the cues the closed loop switched on after step 1, on a fresh two-node cluster with the logical GPU on
+   the second node (``GPU_NODE=b``). Ray keeps actors that need no GPU off GPU nodes, so verl's TaskRunner (which
+   writes the checkpoint and SEAL's state, and reads them back on resume) ran on the second node in run 1 and
+   runs on the head here: the resume reads a checkpoint the other node wrote (``placement.json`` of both runs
+   says so).
 
 ``make test-cpu-two-nodes`` runs only the first run and its placement tests (``-k two_node``).
 
@@ -118,13 +121,20 @@ def model(root):
 def seal_run(root, model):
     """Run 1: the SEAL step on a two-node Ray cluster, with where each SEAL actor ran."""
     run = _run("seal", root, "seal", STEPS, model, script="run_two_nodes.sh")
-    run["placement"] = None
-    if os.path.exists(os.path.join(run["dir"], "placement.json")):
-        with open(os.path.join(run["dir"], "placement.json")) as f:
-            run["placement"] = json.load(f)
-        print("\nplacement:", json.dumps(run["placement"]["seal_kinds_by_node"]),
-              json.dumps(run["placement"]["by_kind"]))
+    run["placement"] = _read_placement(run["dir"])
     return run
+
+
+def _read_placement(folder: str):
+    """``placement.json`` of a two-node run (None when the run wrote none)."""
+    path = os.path.join(folder, "placement.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        placement = json.load(f)
+    print(f"\nplacement of {os.path.basename(folder)}:", json.dumps(placement["seal_kinds_by_node"]),
+          json.dumps(placement["by_kind"]))
+    return placement
 
 
 @pytest.fixture(scope="module")
@@ -133,8 +143,11 @@ def runs(root, model, seal_run):
     out["grpo"] = _run("grpo", root, "grpo", GRPO_STEPS, model)
     out["seal_resumed"] = _run(
         "seal_resumed", root, "seal", STEPS + 1,
-        dict(model, RESUME_FROM=os.path.join(out["seal"]["dir"], "checkpoints", f"global_step_{STEPS}")),
+        dict(model, GPU_NODE="b",
+             RESUME_FROM=os.path.join(out["seal"]["dir"], "checkpoints", f"global_step_{STEPS}")),
+        script="run_two_nodes.sh",
     )
+    out["seal_resumed"]["placement"] = _read_placement(out["seal_resumed"]["dir"])
     with open(os.path.join(root, "timings.json"), "w") as f:
         json.dump({k: {"rc": v["rc"], "seconds": v["seconds"]} for k, v in out.items()}, f, indent=1)
     print("\nCPU training runs:", json.dumps({k: (v["rc"], v["seconds"]) for k, v in out.items()}))
@@ -199,6 +212,22 @@ def test_two_node_seal_actors_spread_over_both_nodes(seal_run):
     # verl's round-robin: one agent-loop worker and one reward worker on each node
     assert nodes_of["agent_loop_worker"] == node_ids, p["by_kind"]
     assert nodes_of["reward_worker"] == node_ids, p["by_kind"]
+
+
+def _task_runner_roles(placement) -> list:
+    return sorted(a["node_role"] for a in placement["actors"] if a["kind"] == "task_runner")
+
+
+@needs_runs
+def test_resume_reads_a_checkpoint_the_other_node_wrote(runs, reports):
+    """Run 1's TaskRunner (which wrote ``global_step_1`` and its ``seal_state.json``) ran on the second node; the
+    resumed run's, which read them back, on the head; and the resume carried the saved closed-loop state."""
+    writer, reader = runs["seal"].get("placement"), runs["seal_resumed"].get("placement")
+    assert writer is not None and reader is not None, "a two-node run wrote no placement.json"
+    assert _task_runner_roles(writer) == ["seal_node_b"], writer["by_kind"]
+    assert _task_runner_roles(reader) == ["head"], reader["by_kind"]
+    assert sorted(n["role"] for n in reader["nodes"]) == ["head", "seal_node_b"], reader["nodes"]
+    _assert(reports, "seal_resumed", "resume")
 
 
 @needs_runs

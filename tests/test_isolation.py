@@ -234,6 +234,7 @@ def test_a_worker_that_filled_its_memory_does_not_reach_the_next_rollout():
     first_errors = _fill(first, 1900, "a")  # about 115 MB of state under a 160 MB cap
     assert not first.broken, first.broken
     first.close()
+    sandbox_pool.pool().settle()  # the worker's reset runs in the pool's threads
     for w in list(sandbox_pool.pool()._idle):
         grown = _rss(w.process.pid) - baseline
         assert grown <= SMALL_CAP_MB / 4 * 2**20, f"an idle worker holds {grown / 2**20:.0f} MB more than a fresh one"
@@ -256,6 +257,7 @@ def test_the_idle_pool_stays_within_its_memory_budget(monkeypatch):
         assert _fill(b, 650, f"r{i}") == []
     for b in rollouts:
         b.close()
+    sandbox_pool.pool().settle()
     idle = list(sandbox_pool.pool()._idle)
     held = sum(max(0, _rss(w.process.pid) - baseline) for w in idle)
     slack = 8 * 2**20 * len(idle)  # a worker's own small growth (its caches), per worker

@@ -451,17 +451,24 @@ class EnvAgentLoopBase(AgentLoopBase):
         if probe is not None:  # the probe samples like training (verl samples its validation rows greedily)
             sampling_params = {**sampling_params, **probe["sampling"]}
         rollout = await self._start(kwargs)
-        state = _State.PROMPTING
-        while state is not _State.DONE:
-            if state is _State.PROMPTING:
-                state = await self._handle_prompting(rollout)
-            elif state is _State.GENERATING:
-                state = await self._handle_generating(rollout, sampling_params)
-            elif state is _State.OBSERVING:
-                state = await self._handle_observing(rollout)
-            else:  # pragma: no cover - every state is handled above
-                raise RuntimeError(f"unknown agent-loop state {state!r}")
-        return self._output(rollout)
+        try:
+            state = _State.PROMPTING
+            while state is not _State.DONE:
+                if state is _State.PROMPTING:
+                    state = await self._handle_prompting(rollout)
+                elif state is _State.GENERATING:
+                    state = await self._handle_generating(rollout, sampling_params)
+                elif state is _State.OBSERVING:
+                    state = await self._handle_observing(rollout)
+                else:  # pragma: no cover - every state is handled above
+                    raise RuntimeError(f"unknown agent-loop state {state!r}")
+            return self._output(rollout)
+        finally:
+            # The episode's tools are let go now, not when the episode is collected (an environment's close
+            # must not block: BFCL's hands its worker to the sandbox's own threads).
+            close = getattr(rollout.env, "close", None)
+            if callable(close):
+                close()
 
     async def _start(self, kwargs: dict) -> "_Rollout":
         """The row's task in a fresh episode of its environment, and the training interface over it."""
@@ -541,8 +548,17 @@ class EnvAgentLoopBase(AgentLoopBase):
         text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
         r.messages.append({"role": "assistant", "content": text})
         with simple_timer("tool_calls", r.metrics):
-            r.result = await self.loop.run_in_executor(None, lambda: r.observed().step(text))
+            r.result = await self._run_blocking(r, lambda: r.observed().step(text))
         return _State.OBSERVING
+
+    async def _run_blocking(self, r: "_Rollout", fn: Callable[[], Any]) -> Any:
+        """Run a blocking step of the episode: where the environment says (``run_blocking``: BFCL runs it in its
+        sandbox's own threads, apart from the default executor verl's own work uses), else in the loop's
+        default executor."""
+        runner = getattr(r.env, "run_blocking", None)
+        if runner is None:
+            return await self.loop.run_in_executor(None, fn)
+        return await runner(fn)
 
     @staticmethod
     def _record_server_output(r: "_Rollout", output: Any) -> None:

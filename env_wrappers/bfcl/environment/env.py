@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import weakref
+from typing import Any, Callable
 
 from env_wrappers.protocol import StepResult, ToolResult  # noqa: F401 - re-exported for callers
 from seal_verl.trace import PARSE_OK, Attempt, CallRecord, Trace, TurnTrace
@@ -91,10 +92,20 @@ class BFCLEnv:
         return self._backends
 
     def close(self) -> None:
-        """Release this rollout's tool worker now (it is also released when the environment is collected)."""
+        """Release this rollout's tool worker now (it is also released when the environment is collected).
+        Returns at once: the worker's reset runs in the sandbox's own threads."""
         close = getattr(self._backends, "close", None)
         if close is not None:
             close()
+
+    async def run_blocking(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn``, one of this episode's blocking methods (a step), from the running event loop: in the
+        sandbox's own threads (not the loop's default executor), after this rollout has its place among the
+        tool workers of its process, which it waits for on the loop without holding a thread (see
+        ``sandbox.client.run_blocking``)."""
+        from ..sandbox.client import run_blocking
+
+        return await run_blocking(fn, self.backends if self.isolate else None)
 
     # ------------------------------------------------------------------------------------------------------
     def tools(self) -> list[dict]:

@@ -1,32 +1,65 @@
-"""The sandbox's client: one rollout's backend instances behind a worker process (:class:`IsolatedBackends`).
+"""The sandbox's client: one rollout's backend instances behind a worker process (:class:`IsolatedBackends`),
+and the sandbox's own threads that steps from an event loop run in (:func:`run_blocking`).
 
 Every call runs in the rollout's worker under ``call_timeout_s``. A call over its limit gets BFCL's time-limit
 text and costs the worker; a worker that ends costs only the call it was running. Either way a fresh worker
 gets the calls completed so far replayed, so the rollout keeps its tools and its state (see the package
 docstring). Failures are told apart by type (:class:`~.worker.WorkerTimeout` or :class:`~.worker.WorkerDied`).
+
+A rollout holds one of the pool's slots from its first call until it is closed (see :mod:`.pool`); closing it
+returns at once, its worker's reset runs in the pool's own threads.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
+import threading
 import time
 import weakref
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, TypeVar
 
 from ..environment.backends import ERROR_PREFIX, timeout_text
-from .pool import pool
+from .pool import WorkerPool, pool
 from .worker import DEFAULT_MEMORY_LIMIT_MB, Worker, WorkerDied, WorkerTimeout
 
 #: A replay is sent in messages of at most this many calls (a fresh worker need not receive it all at once).
 REPLAY_CHUNK_CALLS = 64
+#: Threads of the sandbox's executor (:func:`tool_executor`); ``SEAL_BFCL_TOOL_THREADS`` changes it.
+TOOL_THREADS = 64
+ENV_TOOL_THREADS = "SEAL_BFCL_TOOL_THREADS"
+#: Name prefix of those threads.
+TOOL_THREAD_NAME = "seal-bfcl-tool"
+
+T = TypeVar("T")
 
 
-def _release(worker_box: list) -> None:
-    worker = worker_box[0] if worker_box else None
-    worker_box.clear()
-    if worker is not None:
-        try:
-            pool().release(worker)
-        except Exception:  # noqa: BLE001 - at interpreter exit
+class _Lease:
+    """What one rollout holds of its process's pool: a slot, and the worker (while it has one)."""
+
+    __slots__ = ("pid", "pool", "slot", "worker")
+
+    def __init__(self):
+        self.pid = os.getpid()
+        self.pool: WorkerPool | None = None
+        self.slot = False
+        self.worker: Worker | None = None
+
+
+def _release(lease: _Lease) -> None:
+    """Hand the worker back (its reset runs in the pool's threads) and give the slot back. Never blocks on
+    the worker. In a process forked from the rollout's, the lease is not this process's: nothing to do."""
+    if lease.pid != os.getpid():
+        return
+    worker, lease.worker = lease.worker, None
+    slot, lease.slot = lease.slot, False
+    if worker is None and not slot:
+        return
+    try:
+        lease.pool.release(worker, slot=slot)
+    except Exception:  # noqa: BLE001 - at interpreter exit
+        if worker is not None:
             worker.kill()
 
 
@@ -52,17 +85,44 @@ class IsolatedBackends:
         self.history: list[str] = []  # calls that completed, in order: replayed to rebuild the state
         self.replaced = 0  # workers replaced during this rollout (after an overrun or a worker's end)
         self._leases = 0
-        self._box: list = []  # [worker] while one is leased; shared with the finalizer
-        self._finalizer = weakref.finalize(self, _release, self._box)
+        self._lease = _Lease()  # the slot and the worker; shared with the finalizer
+        self._finalizer = weakref.finalize(self, _release, self._lease)
+
+    @property
+    def _box(self) -> list:
+        """``[worker]`` while one is leased, else ``[]``."""
+        return [] if self._lease.worker is None else [self._lease.worker]
 
     # ------------------------------------------------------------------------------------------------------
+    def _take_slot(self) -> None:
+        """This rollout's slot, waited for in this thread (see :meth:`admit` for an event loop)."""
+        lease = self._lease
+        if not lease.slot:
+            lease.pool = lease.pool or pool()
+            lease.pool.take_slot()
+            lease.slot = True
+
+    async def admit(self) -> None:
+        """Wait on the running event loop, holding no thread, until this rollout has its slot (its place among
+        the tool workers its process runs at once); at once if it has one, or if its tools are closed."""
+        lease = self._lease
+        if lease.slot or self.broken:
+            return
+        lease.pool = lease.pool or pool()
+        await lease.pool.take_slot_async()
+        if lease.slot:  # taken meanwhile by a thread of the same rollout
+            lease.pool.give_slot()
+        lease.slot = True
+
     def _worker(self) -> Worker:
         """The rollout's worker. A worker that has ended since the last call (killed while idle) is replaced
         first; a new worker is loaded and then gets the completed calls replayed, within one time limit."""
-        if self._box and not self._box[0].alive():
+        lease = self._lease
+        if lease.worker is not None and not lease.worker.alive():
             self._discard_worker()
-        if not self._box:
-            w = pool().acquire(self.memory_limit_mb)
+        if lease.worker is None:
+            self._take_slot()
+            w = lease.pool.acquire(self.memory_limit_mb)
             self._leases += 1
             self.replaced = self._leases - 1
             try:
@@ -75,8 +135,8 @@ class IsolatedBackends:
             except BaseException:
                 w.kill()
                 raise
-            self._box.append(w)
-        return self._box[0]
+            lease.worker = w
+        return lease.worker
 
     def _replay(self, w: Worker) -> None:
         """Run the completed calls again on a fresh worker, all of them within ``call_timeout_s``."""
@@ -98,8 +158,9 @@ class IsolatedBackends:
                     raise WorkerDied(f"worker process failed: {str(result)[:200]}")
 
     def _discard_worker(self) -> None:
-        if self._box:
-            self._box.pop().kill()
+        worker, self._lease.worker = self._lease.worker, None
+        if worker is not None:
+            worker.kill()
 
     def close(self) -> None:
         """Hand the worker back to the pool (also done when this object is garbage-collected)."""
@@ -120,7 +181,7 @@ class IsolatedBackends:
                 break
             try:
                 w = self._worker()
-            except (WorkerDied, OSError, RuntimeError) as exc:
+            except (WorkerDied, OSError, RuntimeError) as exc:  # NoWorkerFree is a RuntimeError
                 what = "be restored" if self.history else "start"
                 self._close_tools(f"tool backend could not {what} ({_short(exc)})")
                 continue
@@ -168,6 +229,11 @@ class IsolatedBackends:
 
     def _close_tools(self, why: str) -> None:
         self.broken = f"{why}; the episode's tools are unavailable"
+        self._discard_worker()
+        lease = self._lease
+        if lease.slot:  # a rollout without tools needs no place among the workers
+            lease.slot = False
+            lease.pool.give_slot()
 
     # ------------------------------------------------------------------------------------------------------
     def state(self) -> dict[str, dict]:
@@ -205,3 +271,32 @@ def _call_name(call: str) -> str:
 
 def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:200]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the sandbox's threads
+
+_EXECUTOR: tuple[int, ThreadPoolExecutor] | None = None
+_EXECUTOR_LOCK = threading.Lock()
+
+
+def tool_executor() -> ThreadPoolExecutor:
+    """This process's executor for tool steps (``TOOL_THREADS`` threads named ``TOOL_THREAD_NAME``), apart from
+    the event loop's default executor, which verl's own work uses too."""
+    global _EXECUTOR
+    with _EXECUTOR_LOCK:
+        if _EXECUTOR is None or _EXECUTOR[0] != os.getpid():
+            threads = int(os.environ.get(ENV_TOOL_THREADS, "").strip() or TOOL_THREADS)
+            if threads <= 0:
+                raise ValueError(f"{ENV_TOOL_THREADS} must be a positive whole number, got {threads}")
+            _EXECUTOR = (os.getpid(), ThreadPoolExecutor(threads, thread_name_prefix=TOOL_THREAD_NAME))
+        return _EXECUTOR[1]
+
+
+async def run_blocking(fn: Callable[[], T], backends: IsolatedBackends | None = None) -> T:
+    """Run ``fn`` (a step of a rollout whose calls run on ``backends``) from the running event loop in the
+    sandbox's threads, once the rollout has its slot: a rollout beyond the process's bound waits on the event
+    loop, not in one of those threads, so the rollouts that hold the slots always have threads to go on."""
+    if backends is not None:
+        await backends.admit()
+    return await asyncio.get_running_loop().run_in_executor(tool_executor(), fn)

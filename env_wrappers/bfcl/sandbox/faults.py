@@ -22,12 +22,16 @@ Points (where a fault fires) and their actions:
 - ``judge=memory@build`` / ``tool=memory@build``: the worker allocates past its memory cap while it builds
   the task's state: a real ``MemoryError`` from the address-space limit;
 - ``tool=garbage@reply#<call>`` / ``tool=shape@reply#<call>`` / ``tool=exit@reply#<call>``: a tool
-  worker's reply to that call cannot be unpickled, has the wrong shape, or is cut off by the worker's end.
+  worker's reply to that call cannot be unpickled, has the wrong shape, or is cut off by the worker's end;
+- ``tool=hold@reset``: a tool worker that is asked to reset (its rollout ended) waits, before it does, until
+  it receives ``HOLD_SIGNAL`` (sent before it got there, the signal waits for it): a test holds the reset
+  pending exactly as long as it needs, without sleeping.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 
 #: The environment variable naming the faults to inject (see the module docstring).
 ENV_VAR = "SEAL_BFCL_FAULTS"
@@ -37,10 +41,22 @@ ENV_VAR = "SEAL_BFCL_FAULTS"
 _IN_WORKER = False
 
 
+#: The signal that lets a worker held by a ``hold`` fault go on.
+HOLD_SIGNAL = signal.SIGUSR1
+
+
 def enter_worker() -> None:
     """Called by a worker when it starts: faults may fire in this process from now on."""
     global _IN_WORKER
     _IN_WORKER = True
+    if any(action.partition("@")[0] == "hold" for point in ("tool", "judge") for action, _ in _actions(point)):
+        # Kept pending until the hold point takes it, so a signal sent early is not lost (nor fatal).
+        signal.pthread_sigmask(signal.SIG_BLOCK, {HOLD_SIGNAL})
+
+
+def hold() -> None:
+    """Wait until this process receives ``HOLD_SIGNAL``."""
+    signal.sigwait({HOLD_SIGNAL})
 
 
 def _actions(point: str):

@@ -161,6 +161,8 @@ def _worker_main(conn, memory_limit_mb: int | None, board=None) -> None:
                     faults.send_faulty(conn, reply, fault)
             elif op == "reset":
                 backends = msg = None
+                if faults.at("tool", "reset") == "hold":
+                    faults.hold()
                 free_memory()
                 _reset_process_settings()
                 conn.send(("ok", (start, footprint())))
@@ -210,7 +212,10 @@ class Worker:
             child.close()
         self.memory_limit_mb = memory_limit_mb
         self.held = 0  # own (private) bytes above its start, as measured when it was last released
+        self.private = 0  # own (private) bytes in all, as measured when it was last released
         self.tasks_sent: set = set()  # judgements: keys of the tasks this worker was sent
+        self.leased = False  # the pool's: whether a rollout holds it
+        self.on_end = None  # the pool's: called once with this worker when it is stopped (kill)
 
     def request(self, msg, timeout: float | None):
         """Send one request and return its ``(status, value)`` reply; :class:`WorkerTimeout` when none comes
@@ -248,7 +253,17 @@ class Worker:
         except Exception:  # noqa: BLE001
             return False
 
+    def stop_process(self) -> None:
+        """End the process only (its pipe stays open for whoever is waiting on it, who then sees it end)."""
+        try:
+            self.process.kill()
+        except Exception:  # noqa: BLE001
+            pass
+
     def kill(self) -> None:
+        """End the process and close every descriptor this process held for it (its pipe, and the pipe
+        ``multiprocessing`` keeps to see the process end, which would otherwise stay open until the next
+        worker starts); tells the pool once."""
         try:
             self.process.kill()
             self.process.join(2)
@@ -258,4 +273,13 @@ class Worker:
             self.conn.close()
         except Exception:  # noqa: BLE001
             pass
+        try:
+            # Not while the interpreter exits: multiprocessing then joins its children from the main thread.
+            if self.process.exitcode is not None and threading.main_thread().is_alive():
+                self.process.close()
+        except Exception:  # noqa: BLE001
+            pass
+        on_end, self.on_end = self.on_end, None
+        if on_end is not None:
+            on_end(self)
 

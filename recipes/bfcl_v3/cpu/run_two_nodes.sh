@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The CPU training run of run_cpu.sh on a Ray cluster of TWO nodes started on this machine, to show that nothing
 # in SEAL assumes one node. It starts a private cluster (its own temp folder and ports; a Ray instance already
-# running here is left alone): a head node that holds the one logical GPU (trainer and vLLM) and a second,
-# CPU-only node labelled with the custom resource `seal_node_b`. main_ppo joins it through RAY_ADDRESS, runs
+# running here is left alone): a head node that holds the one logical GPU (trainer and vLLM; GPU_NODE=b moves it)
+# and a second, CPU-only node labelled with the custom resource `seal_node_b`. main_ppo joins it through RAY_ADDRESS, runs
 # 2 agent-loop workers and 2 reward workers (verl places them round-robin over the nodes that have CPUs) and
 # pins SEAL's closed-loop state actor to the second node (seal.state_actor.resources), so the trainer publishes
 # and the rollout workers read the state across nodes. After the run it writes where every actor ran to
@@ -19,6 +19,10 @@
 #                             round-robin over all nodes (1 CPU each), and verl's TaskRunner may land on either.
 #   AGENT_WORKERS / REWARD_WORKERS   verl's agent-loop and reward workers (default 2 each: one per node)
 #   STATE_ON_NODE_B=0         let Ray place the state actor (default 1: pinned to the second node)
+#   GPU_NODE=b                put the logical GPU (trainer, vLLM) on the second node instead of the head. Ray keeps
+#                             actors that need no GPU off GPU nodes, so verl's TaskRunner, which writes the
+#                             checkpoints and SEAL's state, runs on the head then (on the second node by default):
+#                             a resume with GPU_NODE=b reads a checkpoint that the other node wrote.
 # Extra args are Hydra overrides, passed on to run_cpu.sh.
 set -euo pipefail
 
@@ -34,12 +38,18 @@ NODE_B_CPUS="${NODE_B_CPUS:-12}"
 AGENT_WORKERS="${AGENT_WORKERS:-2}"
 REWARD_WORKERS="${REWARD_WORKERS:-2}"
 STATE_ON_NODE_B="${STATE_ON_NODE_B:-1}"
+GPU_NODE="${GPU_NODE:-head}"
 
 die() { echo "run-two-nodes: error: $*" >&2; exit 2; }
 for v in HEAD_CPUS NODE_B_CPUS AGENT_WORKERS REWARD_WORKERS; do
   [[ "${!v}" =~ ^[0-9]+$ ]] && [ "${!v}" -ge 1 ] || die "$v must be a positive integer, got '${!v}'"
 done
 case "$STATE_ON_NODE_B" in 0|1) ;; *) die "STATE_ON_NODE_B must be 0 or 1, got '$STATE_ON_NODE_B'" ;; esac
+case "$GPU_NODE" in
+  head) HEAD_GPUS=1; NODE_B_GPUS=0 ;;
+  b) HEAD_GPUS=0; NODE_B_GPUS=1 ;;
+  *) die "GPU_NODE must be head or b, got '$GPU_NODE'" ;;
+esac
 [ -x "$VENV/bin/ray" ] || die "no Ray in $VENV (build the training venv: bash $HERE/setup_cpu_train_env.sh)"
 if [ -n "${RAY_ADDRESS:-}" ]; then
   echo "[two-nodes] RAY_ADDRESS=$RAY_ADDRESS is ignored: this script starts and stops its own cluster" >&2
@@ -94,10 +104,10 @@ trap stop_cluster EXIT
 trap 'echo "[two-nodes] interrupted; stopping the cluster" >&2; exit 130' INT TERM
 
 COMMON=(--block --disable-usage-stats --temp-dir="$RAY_TMP")
-echo "[two-nodes] head node: $HEAD_CPUS CPUs, 1 logical GPU, GCS at $RAY_ADDRESS, Ray logs in $OUT/ray_head.log"
+echo "[two-nodes] head node: $HEAD_CPUS CPUs, $HEAD_GPUS logical GPU, GCS at $RAY_ADDRESS, Ray logs in $OUT/ray_head.log"
 "$VENV/bin/ray" start --head --port="$GCS_PORT" --ray-client-server-port="$CLIENT_PORT" \
   --dashboard-host=127.0.0.1 --dashboard-port="$DASH_PORT" --dashboard-agent-listen-port="$AGENT_A" \
-  --num-cpus="$HEAD_CPUS" --num-gpus=1 --resources='{"seal_node_a": 1}' --object-store-memory=1500000000 \
+  --num-cpus="$HEAD_CPUS" --num-gpus="$HEAD_GPUS" --resources='{"seal_node_a": 1}' --object-store-memory=1500000000 \
   "${COMMON[@]}" > "$OUT/ray_head.log" 2>&1 &
 HEAD_PID=$!
 
@@ -122,9 +132,9 @@ EOF
   die "the cluster did not reach $n nodes in 5 minutes; see $OUT/ray_head.log and $OUT/ray_node_b.log"
 }
 wait_nodes 1
-echo "[two-nodes] second node: $NODE_B_CPUS CPUs, no GPU, resource seal_node_b; Ray logs in $OUT/ray_node_b.log"
+echo "[two-nodes] second node: $NODE_B_CPUS CPUs, $NODE_B_GPUS logical GPU, resource seal_node_b; Ray logs in $OUT/ray_node_b.log"
 "$VENV/bin/ray" start --address="$RAY_ADDRESS" --dashboard-agent-listen-port="$AGENT_B" \
-  --num-cpus="$NODE_B_CPUS" --num-gpus=0 --resources='{"seal_node_b": 1}' --object-store-memory=500000000 \
+  --num-cpus="$NODE_B_CPUS" --num-gpus="$NODE_B_GPUS" --resources='{"seal_node_b": 1}' --object-store-memory=500000000 \
   "${COMMON[@]}" > "$OUT/ray_node_b.log" 2>&1 &
 NODE_B_PID=$!
 wait_nodes 2
