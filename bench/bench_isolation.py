@@ -203,7 +203,7 @@ def _before_pool():
     return BeforePool(max_workers=10**6, raise_open_files=False)
 
 
-def _scale_period(pool, cases: list, mode: str) -> dict:
+def _busy_period(pool, cases: list, mode: str) -> dict:
     """One busy period: every case a rollout on one event loop (see the module docstring)."""
     import asyncio
 
@@ -290,7 +290,7 @@ def _scale_period(pool, cases: list, mode: str) -> dict:
     return out
 
 
-def scale_check(tasks: dict, sizes: list, periods: int, nofile: int | None, hard_too: bool = False) -> None:
+def concurrent_check(tasks: dict, sizes: list, periods: int, nofile: int | None, hard_too: bool = False) -> None:
     """``--concurrent``: each size in both modes, ``periods`` busy periods each (see the module docstring)."""
     import logging
     import resource
@@ -315,7 +315,7 @@ def scale_check(tasks: dict, sizes: list, periods: int, nofile: int | None, hard
             base_fds = _open_descriptors()
             pool = _before_pool() if mode == "before" else sandbox_pool.WorkerPool()
             sandbox_pool._POOL = pool
-            runs[mode] = [_scale_period(pool, cases, mode) for _ in range(periods)]
+            runs[mode] = [_busy_period(pool, cases, mode) for _ in range(periods)]
             runs[mode][0]["base_fds"] = base_fds
             runs[mode][0]["max_workers"] = pool.max_workers
             pool.shutdown()
@@ -324,10 +324,10 @@ def scale_check(tasks: dict, sizes: list, periods: int, nofile: int | None, hard
             while _worker_pids() and time.monotonic() < deadline:
                 time.sleep(0.1)
             runs[mode][0]["left"] = len(_worker_pids())
-        _print_scale(n, len(chosen), runs)
+        _print_concurrent(n, len(chosen), runs)
 
 
-def _print_scale(n: int, n_tasks: int, runs: dict) -> None:
+def _print_concurrent(n: int, n_tasks: int, runs: dict) -> None:
     b, a = runs["before"], runs["after"]
     print(f"\n== {n} rollouts at once on one event loop ({n_tasks} tasks x {n // n_tasks}), "
           f"{len(b)} busy periods per mode ==")
@@ -424,7 +424,7 @@ def main() -> None:
             ap.error("--periods must be at least 1")
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f}, "
               f"open-files limit {resource.getrlimit(resource.RLIMIT_NOFILE)}")
-        scale_check(tasks, sizes, args.periods, args.nofile, args.hard)
+        concurrent_check(tasks, sizes, args.periods, args.nofile, args.hard)
         return
     chosen = [t for c in CATEGORIES for t in [v for v in tasks.values() if v.category == c][:per_cat]]
     cases = [(t, rollout_messages(t)) for t in chosen]

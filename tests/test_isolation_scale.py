@@ -378,3 +378,13 @@ def test_the_bench_reads_its_sizes(sizes, expected):
     with pytest.raises(SystemExit) as exc:
         bench_isolation._sizes(ap, sizes)
     assert exc.value.code == 2
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-3", "2.5"])
+def test_a_bad_tool_threads_setting_is_one_error_naming_it(monkeypatch, value):
+    """``SEAL_BFCL_TOOL_THREADS`` is read like the pool's other settings: anything but a positive whole number is
+    a ValueError that names the variable (a word used to give int()'s own message)."""
+    monkeypatch.setattr(sandbox_client, "_EXECUTOR", None)
+    monkeypatch.setenv(sandbox_client.ENV_TOOL_THREADS, value)
+    with pytest.raises(ValueError, match=sandbox_client.ENV_TOOL_THREADS):
+        sandbox_client.tool_executor()

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
 from ..environment.backends import ERROR_PREFIX, timeout_text
-from .pool import WorkerPool, pool
+from .pool import WorkerPool, env_int, pool
 from .worker import DEFAULT_MEMORY_LIMIT_MB, Worker, WorkerDied, WorkerTimeout
 
 #: A replay is sent in messages of at most this many calls (a fresh worker need not receive it all at once).
@@ -286,9 +286,7 @@ def tool_executor() -> ThreadPoolExecutor:
     global _EXECUTOR
     with _EXECUTOR_LOCK:
         if _EXECUTOR is None or _EXECUTOR[0] != os.getpid():
-            threads = int(os.environ.get(ENV_TOOL_THREADS, "").strip() or TOOL_THREADS)
-            if threads <= 0:
-                raise ValueError(f"{ENV_TOOL_THREADS} must be a positive whole number, got {threads}")
+            threads = env_int(ENV_TOOL_THREADS) or TOOL_THREADS
             _EXECUTOR = (os.getpid(), ThreadPoolExecutor(threads, thread_name_prefix=TOOL_THREAD_NAME))
         return _EXECUTOR[1]
 

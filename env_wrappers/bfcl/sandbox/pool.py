@@ -146,7 +146,9 @@ def worker_bound(soft_limit: int, in_use: int) -> int:
     return max(1, (soft_limit - in_use - reserve) // FDS_PER_WORKER)
 
 
-def _env_int(name: str) -> int | None:
+def env_int(name: str) -> int | None:
+    """The positive whole number the environment variable ``name`` holds, None when it is unset or empty; a
+    ValueError naming the variable for anything else (the sandbox's settings, docs/gpu_training.md)."""
     value = os.environ.get(name, "").strip()
     if not value:
         return None
@@ -237,11 +239,11 @@ class WorkerPool:
 
             soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
             max_workers = worker_bound(soft, open_descriptors())
-            cap = _env_int(ENV_MAX_WORKERS)
+            cap = env_int(ENV_MAX_WORKERS)
             if cap is not None:
                 max_workers = min(max_workers, cap)
         self.max_workers = max(1, int(max_workers))
-        budget = _env_int(ENV_IDLE_POOL_MB)
+        budget = env_int(ENV_IDLE_POOL_MB)
         self.idle_private_mb = IDLE_POOL_PRIVATE_MB if budget is None else budget
         if before is not None and after != before:
             logger.warning("tool sandbox: raised this process's soft limit on open files from %d to %d (each "
