@@ -12,7 +12,8 @@
 #   make dry-run       the closed loop with a scripted policy (no vLLM, no optimizer step)
 #   make diagnose-demo label a demo `bfcl generate` result file and plot it
 #   make bench         the overhead benchmarks;  make bench-learning  GRPO vs SEAL and ablations on the ledger
-#                      environment (LEARN_STEPS=N, LEARN_JOBS=N);  make test-learning-bench  2 steps of it
+#                      environment (LEARN_STEPS=N, LEARN_JOBS=N, LEARN_SEEDS="1 2 3 4 5");
+#                      make test-learning-bench  2 steps of it
 #                      (LEDGER_MODEL=DIR: on that model instead of the shipped ledger warm start)
 #   make warm-starts   rebuild both warm-started models on this machine (the runs use the shipped ones unless
 #                      REBUILD=1);  make ship-warm-starts  rebuild them and replace the shipped copies
@@ -34,6 +35,8 @@ VARIANT ?= seal
 RUN_STEPS ?= 20
 SEED ?= 1
 LEARN_STEPS ?= 20
+# seeds of make bench-learning (each seed runs every variant: 4 runs of LEARN_STEPS steps)
+LEARN_SEEDS ?= 1 2 3 4 5
 # runs of make bench-learning side by side (2 on 2 cores: each step about 1.4x slower, the set about 1.4x sooner)
 LEARN_JOBS ?= 2
 # pytest-xdist workers for `make test` (whole test files per worker, so module fixtures are built once; the Ray
@@ -137,8 +140,8 @@ cue-effect: cpu-env
 
 # the ledger learning benchmark: GRPO, SEAL, no_env_side, no_reweighting x 3 seeds (resumes finished runs)
 bench-learning: venv cpu-env
-	.venv-cpu-train/bin/python -m bench.bench_learning --steps $(LEARN_STEPS) --jobs $(LEARN_JOBS) --no-plot
-	$(PY) -m bench.bench_learning --steps $(LEARN_STEPS) --plot-only
+	.venv-cpu-train/bin/python -m bench.bench_learning --steps $(LEARN_STEPS) --seeds $(LEARN_SEEDS) --jobs $(LEARN_JOBS) --no-plot
+	$(PY) -m bench.bench_learning --steps $(LEARN_STEPS) --seeds $(LEARN_SEEDS) --plot-only
 
 # 2 SEAL steps of the ledger benchmark through main_ppo, and its resume (about 5 min), from the shipped ledger warm
 # start; LEDGER_MODEL=<model folder> runs them on that model instead.

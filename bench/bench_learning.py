@@ -1,7 +1,7 @@
 """The learning benchmark: GRPO, SEAL and two ablations on the ledger environment, several seeds, CPU.
 
     make bench-learning      # the runs in .venv-cpu-train, the figure with .venv (matplotlib)
-    .venv-cpu-train/bin/python -m bench.bench_learning [--steps 20] [--seeds 1 2 3] [--variants grpo seal ...]
+    .venv-cpu-train/bin/python -m bench.bench_learning [--steps 20] [--seeds 1 2 3 4 5] [--variants grpo seal ...]
     .venv/bin/python -m bench.bench_learning --plot-only
     .venv-cpu-train/bin/python -m bench.bench_learning --jobs 2 ...   # two runs side by side (make bench-learning)
 
@@ -15,9 +15,11 @@ folders it writes into ``--out``:
 - ``learning.json``: per run and step the mean training reward, pass rate, label mix, cue kinds on, mean SEAL
   weight; per run the held-out greedy accuracy (no cue) before and after; per variant the rise of the
   training reward (mean of the last ``--window`` steps minus the first) per seed, its mean and spread, and the
-  difference of each variant to GRPO next to the seed-to-seed spread;
+  difference of each variant to GRPO (last-window reward and held-out score after, paired by seed) with its 95%
+  interval over the seeds; per variant and cue kind the cue effect its probes measured over the steps;
 - ``learning.md``: those summaries as tables;
-- ``learning.png``: training reward per seed and the mean, held-out accuracy, label mix and cue kinds per step.
+- ``learning.png``: training reward per seed and the mean, held-out score, label mix and cue kinds per step, the
+  cue effect per kind over the steps, and each variant's difference to GRPO per seed with its interval.
 """
 
 from __future__ import annotations
@@ -177,9 +179,14 @@ def run_all(out: str, variants: list[str], seeds: list[int], steps: int, force: 
 
 def curve(path: str) -> dict:
     """One run folder -> per-step rows and the held-out accuracy at each validation."""
-    steps = []
+    steps, probes = [], []
     for row in _rows(RF.read_steps(path)):
         k = int(row["global_step"])
+        found = (row.get("cue_effect") or {}).get("effects") or {}
+        if found:  # the step's cue-effect probe: per kind (and "all") the difference with its interval
+            probes.append({"step": k, "effects": {kind: {"diff": e["diff"], "lo": e["lo"], "hi": e["hi"]}
+                                                  for kind, e in found.items()
+                                                  if all(e.get(f) is not None for f in ("diff", "lo", "hi"))}})
         traces = _rows(RF.read_traces(path, k))
         rewards = [float(t["reward"]) for t in traces if t.get("reward") is not None]
         labels = [z for t in traces for z in (t.get("labels") or [])]
@@ -201,7 +208,8 @@ def curve(path: str) -> dict:
     # heldout: the reward's score (the training reward's semantics, near-miss credit included when it is on);
     # heldout_pass: the share of held-out turns Psi labels pass, which no reward option changes;
     # heldout_acc: whole tasks passing
-    return {"steps": steps, "heldout": {k: statistics.fmean(v) for k, v in sorted(val.items())},
+    return {"steps": steps, "cue_effect": probes,
+            "heldout": {k: statistics.fmean(v) for k, v in sorted(val.items())},
             "heldout_pass": {k: statistics.fmean(v) for k, v in sorted(turns.items()) if v},
             "heldout_acc": {k: statistics.fmean(v) for k, v in sorted(acc.items())}}
 
@@ -228,8 +236,43 @@ def _ms(xs: list[float]) -> str:
     return f"{statistics.fmean(xs):+.3f} +- {statistics.stdev(xs):.3f}" if len(xs) > 1 else f"{xs[0]:+.3f}"
 
 
+#: two-sided 95% quantiles of Student's t by degrees of freedom (beyond 30 the normal's 1.96 is close enough)
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+        11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
+        20: 2.086, 25: 2.060, 30: 2.042}
+
+
+def paired(diffs: list[float]) -> dict:
+    """Mean, sd and the 95% t-interval of per-seed differences (a seed's runs share data order and sampling
+    seed, so the difference is taken within the seed). With one seed there is no interval."""
+    out = {"mean": statistics.fmean(diffs) if diffs else None, "sd": None, "lo": None, "hi": None,
+           "n": len(diffs), "above": sum(d > 0 for d in diffs), "below": sum(d < 0 for d in diffs)}
+    if len(diffs) > 1:
+        sd = statistics.stdev(diffs)
+        df = len(diffs) - 1
+        t = T975.get(df) or (T975[max(k for k in T975 if k <= df)] if df <= 30 else 1.96)
+        half = t * sd / len(diffs) ** 0.5
+        out.update(sd=sd, lo=out["mean"] - half, hi=out["mean"] + half)
+    return out
+
+
+def cue_effect_summary(by_seed: dict) -> dict:
+    """Per cue kind (and "all"): every probe of every seed, their mean difference, and how many probes found the
+    kind below zero (interval wholly below) or above zero beyond their interval."""
+    per_kind: dict[str, list[dict]] = defaultdict(list)
+    for c in by_seed.values():
+        for p in c.get("cue_effect") or []:
+            for kind, e in p["effects"].items():
+                per_kind[kind].append(e)
+    return {kind: {"probes": len(es), "mean": statistics.fmean(e["diff"] for e in es),
+                   "below": sum(e["hi"] < 0 for e in es), "above": sum(e["lo"] > 0 for e in es)}
+            for kind, es in sorted(per_kind.items(), key=lambda kv: (kv[0] != "all", kv[0]))}
+
+
 def summarise(curves: dict, window: int) -> dict:
-    """Per variant: per-seed rises, their mean and sd, seeds meeting the goal, difference to GRPO."""
+    """Per variant: per-seed rises, their mean and sd, seeds meeting the goal, the difference to GRPO (last-window
+    training reward and held-out score after the last step, paired by seed, with a 95% interval) and what its
+    cue-effect probes measured."""
     out: dict = {}
     for variant, by_seed in curves.items():
         rs = {s: rise(c, window) for s, c in by_seed.items()}
@@ -237,15 +280,27 @@ def summarise(curves: dict, window: int) -> dict:
         vals = [r["rise"] for r in ok.values()]
         out[variant] = {"per_seed": rs, "mean_rise": statistics.fmean(vals) if vals else None,
                         "sd_rise": statistics.stdev(vals) if len(vals) > 1 else None,
-                        "seeds_meeting_goal": sorted(s for s, r in ok.items() if r["rise"] >= RISE_GOAL)}
+                        "seeds_meeting_goal": sorted(s for s, r in ok.items() if r["rise"] >= RISE_GOAL),
+                        "cue_effect": cue_effect_summary(by_seed)}
     g = out.get("grpo", {}).get("per_seed", {})
     for variant, s in out.items():
         if variant == "grpo":
             continue
-        diffs = [r["last"] - g[k]["last"] for k, r in s["per_seed"].items() if r and g.get(k)]
-        s["last_minus_grpo"] = {"mean": statistics.fmean(diffs) if diffs else None,
-                                "sd": statistics.stdev(diffs) if len(diffs) > 1 else None, "n": len(diffs)}
+        both = {k: (r, g[k]) for k, r in s["per_seed"].items() if r and g.get(k)}
+        s["last_minus_grpo"] = paired([r["last"] - q["last"] for r, q in both.values()])
+        s["heldout_minus_grpo"] = paired([r["heldout_after"] - q["heldout_after"] for r, q in both.values()
+                                          if r["heldout_after"] is not None and q["heldout_after"] is not None])
     return out
+
+
+def _interval(d: Optional[dict]) -> str:
+    """``+0.012 [-0.050, +0.074] (3 of 5 above)`` for a paired difference; ``-`` without one."""
+    if not d or d.get("mean") is None:
+        return "-"
+    txt = f"{d['mean']:+.3f}"
+    if d.get("lo") is not None:
+        txt += f" [{d['lo']:+.3f}, {d['hi']:+.3f}]"
+    return txt + f" ({d['above']} of {d['n']} above)"
 
 
 def tables(curves: dict, summary: dict, window: int) -> str:
@@ -264,14 +319,21 @@ def tables(curves: dict, summary: dict, window: int) -> str:
             lines.append(f"| {v} | {seed} | {r['first']:.3f} | {r['last']:.3f} | {r['rise']:+.3f} | "
                          f"{arrow(r['heldout_before'], r['heldout_after'])} | {arrow(r.get('pass_first'), r.get('pass_last'))} | "
                          f"{arrow(r.get('heldout_pass_before'), r.get('heldout_pass_after'))} |")
-    lines += ["", "| variant | mean rise +- sd over seeds | seeds with rise >= 0.15 | last-window reward minus GRPO's |",
-              "|---|---|---|---|"]
+    lines += ["", "| variant | mean rise +- sd over seeds | seeds with rise >= 0.15 | last-window reward minus GRPO's, "
+              "95% interval over seeds | held-out score after minus GRPO's, 95% interval | held-out score after (mean) |",
+              "|---|---|---|---|---|---|"]
     for v, s in summary.items():
         vals = [r["rise"] for r in s["per_seed"].values() if r]
-        d = s.get("last_minus_grpo")
-        dtxt = "-" if not d or d["mean"] is None else (
-            f"{d['mean']:+.3f}" + (f" +- {d['sd']:.3f}" if d["sd"] is not None else "") + f" (n={d['n']})")
-        lines.append(f"| {v} | {_ms(vals)} | {len(s['seeds_meeting_goal'])}/{len(vals)} | {dtxt} |")
+        after = [r["heldout_after"] for r in s["per_seed"].values() if r and r["heldout_after"] is not None]
+        lines.append(f"| {v} | {_ms(vals)} | {len(s['seeds_meeting_goal'])}/{len(vals)} | "
+                     f"{_interval(s.get('last_minus_grpo'))} | {_interval(s.get('heldout_minus_grpo'))} | "
+                     + (f"{statistics.fmean(after):.3f}" if after else "-") + " |")
+    effects = [(v, kind, e) for v, s in summary.items() for kind, e in (s.get("cue_effect") or {}).items()]
+    if effects:
+        lines += ["", "| variant | cue kind | probes (all seeds) | mean effect | below zero beyond the interval "
+                  "| above zero beyond the interval |", "|---|---|---|---|---|---|"]
+        lines += [f"| {v} | {kind} | {e['probes']} | {e['mean']:+.3f} | {e['below']} | {e['above']} |"
+                  for v, kind, e in effects]
     lines += ["", "| variant | seed | step | reward | adv!=0 | cue kinds on | cue rollouts | top failure labels |",
               "|---|---|---|---|---|---|---|---|"]
     for v, by_seed in curves.items():
@@ -297,18 +359,34 @@ def _mean_per_step(by_seed: dict, value) -> tuple[list, list]:
     return ks, [statistics.fmean(per_step[k]) for k in ks]
 
 
-def plot(curves: dict, path: str) -> None:
-    """Four panels: training reward (seeds and mean), held-out greedy score without cues (seeds and mean), the
-    turns that miss or break a call against those with the right tool and a wrong argument, and how many cue
-    kinds were on (means over the seeds)."""
+KIND_COLORS = {"all": "black", "call_format": "tab:purple", "schema_constraints": "tab:brown",
+               "tool_affordance": "tab:olive", "error_recovery": "tab:cyan", "ask_or_abstain": "tab:pink"}
+
+
+def _cue_effect_per_step(by_seed: dict) -> dict[str, tuple[list, list]]:
+    """Per cue kind: the probe steps and the mean over the seeds that probed it there of the measured effect."""
+    per = defaultdict(lambda: defaultdict(list))
+    for c in by_seed.values():
+        for p in c.get("cue_effect") or []:
+            for kind, e in p["effects"].items():
+                per[kind][p["step"]].append(e["diff"])
+    return {kind: (sorted(ks), [statistics.fmean(ks[k]) for k in sorted(ks)]) for kind, ks in per.items()}
+
+
+def plot(curves: dict, path: str, window: int = 5) -> None:
+    """Six panels: training reward (seeds and mean), held-out greedy score without cues (seeds and mean), the
+    turns that miss or break a call against those with the right tool and a wrong argument, how many cue kinds
+    were on (means over the seeds), the cue effect per kind the probes measured over the steps (mean over the
+    seeds, SEAL solid, other variants with cues dotted), and each variant's difference to GRPO per seed with
+    the mean and its 95% interval."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     colors = {"grpo": "tab:orange", "seal": "tab:blue", "no_env_side": "tab:green", "no_reweighting": "tab:red"}
-    fig, axes = plt.subplots(2, 2, figsize=(14, 9))
-    reward_ax, held_ax, label_ax, cue_ax = axes.flat
+    fig, axes = plt.subplots(2, 3, figsize=(20, 9))
+    reward_ax, held_ax, label_ax, cue_ax, effect_ax, diff_ax = axes.flat
     for v, by_seed in curves.items():
         c = colors.get(v)
         for cur in by_seed.values():
@@ -331,29 +409,56 @@ def plot(curves: dict, path: str) -> None:
         label_ax.plot(ks, ys, color=c, lw=2, ls="--", label=f"{v}: right tool, wrong argument")
         ks, ys = _mean_per_step(by_seed, lambda x: float(len(x["cues"])))
         cue_ax.plot(ks, ys, color=c, lw=2, label=v)
+        for kind, (ks, ys) in sorted(_cue_effect_per_step(by_seed).items()):
+            effect_ax.plot(ks, ys, color=KIND_COLORS.get(kind, "gray"), lw=2.5 if kind == "all" else 1.5,
+                           ls="-" if v == "seal" else ":", marker="o" if kind == "all" else ".",
+                           label=f"{v}: {kind}")
+    effect_ax.axhline(0.0, color="gray", lw=1)
+    summary = summarise(curves, window)
+    rows = [(v, what, s.get(key) or {}) for v, s in summary.items() if v != "grpo"
+            for what, key in (("last-window reward", "last_minus_grpo"), ("held-out after", "heldout_minus_grpo"))
+            if "grpo" in summary]
+    for i, (v, what, d) in enumerate(rows):
+        per_seed = summary[v]["per_seed"]
+        g = summary["grpo"]["per_seed"]
+        field = "last" if what == "last-window reward" else "heldout_after"
+        dots = [r[field] - g[k][field] for k, r in sorted(per_seed.items())
+                if r and g.get(k) and r[field] is not None and g[k][field] is not None]
+        diff_ax.scatter(dots, [i] * len(dots), color=colors.get(v), alpha=0.5, s=18)
+        if d.get("mean") is not None:
+            err = None if d.get("lo") is None else [[d["mean"] - d["lo"]], [d["hi"] - d["mean"]]]
+            diff_ax.errorbar([d["mean"]], [i], xerr=err, color=colors.get(v), marker="D", capsize=4, lw=2)
+    diff_ax.axvline(0.0, color="gray", lw=1)
+    diff_ax.set_yticks(range(len(rows)), [f"{v}: {what}" for v, what, _ in rows], fontsize=8)
+    diff_ax.set_title("minus GRPO, paired by seed (dots: seeds, diamond: mean, bar: 95% interval)", fontsize=10)
+    diff_ax.set_xlabel("difference to GRPO")
+    diff_ax.grid(alpha=0.3)
     for ax, title, ylabel in (
             (reward_ax, "training reward per step (thin: seeds, thick: mean)", "mean reward"),
             (held_ax, "held-out greedy score, no cue (thin: seeds, thick: mean)", "score"),
             (label_ax, "training turns by label (mean over seeds)", "share of turns"),
-            (cue_ax, "cue kinds on during the step (mean over seeds)", "cue kinds")):
+            (cue_ax, "cue kinds on during the step (mean over seeds)", "cue kinds"),
+            (effect_ax, "cue effect per kind at each probe (mean over seeds; seal solid, others dotted)",
+             "reward with the cue minus without")):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("training step")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     for ax in (reward_ax, held_ax, label_ax):
         ax.set_ylim(-0.02, 1.02)
     cue_ax.set_ylim(-0.1, 5.1)
     fig.suptitle("ledger benchmark on CPU: warm-started tiny Qwen2, verl main_ppo, GRPO vs SEAL and ablations")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     p.add_argument("--variants", nargs="+", default=list(VARIANTS))
     p.add_argument("--window", type=int, default=5, help="steps averaged at the start and the end (default 5)")
     p.add_argument("--out", default=os.path.join(REPO, "runs", "bench_learning"))
@@ -390,7 +495,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     with open(os.path.join(args.out, "learning.md"), "w") as f:
         f.write(md + "\n")
     if not args.no_plot and curves:
-        plot(curves, os.path.join(args.out, "learning.png"))
+        plot(curves, os.path.join(args.out, "learning.png"), args.window)
     print(md.split("\n\n| variant | seed | step")[0])
     if failed:
         print(f"[bench-learning] failed runs: {', '.join(failed)}", file=sys.stderr)

@@ -11,12 +11,19 @@ import pytest
 from bench import bench_learning as bl
 
 
-def fake_run(path, rewards, heldout=(0.1, 0.4), steps_done=None, exit_code=0):
+def probe(step, **effects):
+    """A step row's cue_effect record as the probe writes it: kind -> (diff, lo, hi)."""
+    return {"step": step, "active": sorted(k for k in effects if k != "all"), "samples": 2, "n_rollouts": 32,
+            "effects": {k: {"with": 0.5 + d / 2, "without": 0.5 - d / 2, "diff": d, "lo": lo, "hi": hi,
+                            "n_with": 16, "n_without": 16} for k, (d, lo, hi) in effects.items()}}
+
+
+def fake_run(path, rewards, heldout=(0.1, 0.4), steps_done=None, exit_code=0, probes=None):
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "metrics.jsonl"), "w") as m:
         for k, r in enumerate(rewards, 1):
             m.write(json.dumps({"global_step": k, "active_during": ["schema_constraints"] if k > 2 else [],
-                                "w_mean": 1.0}) + "\n")
+                                "w_mean": 1.0, "cue_effect": (probes or {}).get(k)}) + "\n")
             with open(os.path.join(path, f"traces_step_{k}.jsonl"), "w") as t:
                 for i in range(4):  # 4 rollouts: rewards r +- 0.1, so the mean is r
                     t.write(json.dumps({"reward": r + (0.1 if i % 2 else -0.1), "labels": ["pass", "argument_mismatch"],
@@ -38,6 +45,7 @@ def test_rise_and_difference_to_grpo(tmp_path):
     assert s["grpo"]["per_seed"][1]["rise"] == pytest.approx(0.3)
     assert s["grpo"]["seeds_meeting_goal"] == [1] and s["seal"]["seeds_meeting_goal"] == []
     assert s["seal"]["last_minus_grpo"]["mean"] == pytest.approx(-0.2)
+    assert s["seal"]["last_minus_grpo"]["lo"] is None  # one seed: no interval
     assert s["grpo"]["per_seed"][1]["heldout_before"] == pytest.approx(0.1)
     assert s["grpo"]["per_seed"][1]["heldout_after"] == pytest.approx(0.4)
     assert curves["seal"][1]["steps"][3]["cues"] == ["schema_constraints"]
@@ -47,6 +55,55 @@ def test_rise_and_difference_to_grpo(tmp_path):
     assert s["grpo"]["per_seed"][1]["heldout_pass_after"] == pytest.approx(1.0)
     md = bl.tables(curves, s, 5)
     assert "| grpo | 1 | 0.200 | 0.500 | +0.300 | 0.100 -> 0.400 | 0.500 -> 0.500 | 0.500 -> 1.000 |" in md
+
+
+def test_difference_to_grpo_is_paired_by_seed_with_a_t_interval(tmp_path):
+    """Three seeds: SEAL's last window ends 0.1, 0.2 and 0.3 below GRPO's on the same seed; held-out after 0.1
+    above on each. The interval is the t-interval of the per-seed differences (2 degrees of freedom: 4.303)."""
+    for seed, gap in ((1, 0.1), (2, 0.2), (3, 0.3)):
+        fake_run(tmp_path / f"grpo_s{seed}", [0.2] * 5 + [0.6] * 5, heldout=(0.1, 0.5))
+        fake_run(tmp_path / f"seal_s{seed}", [0.2] * 5 + [0.6 - gap] * 5, heldout=(0.1, 0.6))
+    curves = {v: {k: bl.curve(str(tmp_path / f"{v}_s{k}")) for k in (1, 2, 3)} for v in ("grpo", "seal")}
+    d = bl.summarise(curves, window=5)["seal"]
+    half = 4.303 * 0.1 / 3 ** 0.5
+    assert d["last_minus_grpo"]["mean"] == pytest.approx(-0.2)
+    assert (d["last_minus_grpo"]["lo"], d["last_minus_grpo"]["hi"]) == pytest.approx((-0.2 - half, -0.2 + half))
+    assert d["last_minus_grpo"]["below"] == 3 and d["last_minus_grpo"]["above"] == 0
+    assert d["heldout_minus_grpo"]["mean"] == pytest.approx(0.1) and d["heldout_minus_grpo"]["above"] == 3
+    assert d["heldout_minus_grpo"]["sd"] == pytest.approx(0.0, abs=1e-12)
+    md = bl.tables(curves, bl.summarise(curves, 5), 5)
+    assert f"| -0.200 [{-0.2 - half:+.3f}, {-0.2 + half:+.3f}] (0 of 3 above) | +0.100 [+0.100, +0.100] (3 of 3 above) | 0.600 |" in md
+
+
+@pytest.mark.parametrize("n, t", [(2, 12.706), (5, 2.776), (12, 2.201), (27, 2.060), (200, 1.96)])
+def test_the_interval_uses_students_t_for_the_number_of_seeds(n, t):
+    diffs = [0.0, 1.0] * (n // 2) + [0.5] * (n % 2)
+    d = bl.paired(diffs)
+    sd = __import__("statistics").stdev(diffs)
+    assert d["hi"] - d["mean"] == pytest.approx(t * sd / n ** 0.5)
+
+
+def test_cue_effect_probes_are_read_per_kind_over_steps_and_seeds(tmp_path):
+    """The probes of every seed: per kind the mean effect, and the probes whose interval lies wholly below or
+    above zero; a run without probes (GRPO) has none."""
+    fake_run(tmp_path / "seal_s1", [0.3] * 10, probes={
+        2: probe(2, all=(-0.2, -0.3, -0.1), call_format=(-0.1, -0.2, 0.05)),
+        4: probe(4, all=(0.1, -0.05, 0.25), call_format=(0.3, 0.1, 0.5))})
+    fake_run(tmp_path / "seal_s2", [0.3] * 10, probes={2: probe(2, all=(-0.3, -0.4, -0.2))})
+    fake_run(tmp_path / "grpo_s1", [0.3] * 10)
+    curves = {"grpo": {1: bl.curve(str(tmp_path / "grpo_s1"))},
+              "seal": {k: bl.curve(str(tmp_path / f"seal_s{k}")) for k in (1, 2)}}
+    assert [p["step"] for p in curves["seal"][1]["cue_effect"]] == [2, 4]
+    s = bl.summarise(curves, window=5)
+    assert s["grpo"]["cue_effect"] == {}
+    e = s["seal"]["cue_effect"]
+    assert list(e) == ["all", "call_format"]  # "all" first
+    assert e["all"] == {"probes": 3, "mean": pytest.approx(-0.4 / 3), "below": 2, "above": 0}
+    assert e["call_format"] == {"probes": 2, "mean": pytest.approx(0.1), "below": 0, "above": 1}
+    md = bl.tables(curves, s, 5)
+    assert "| seal | all | 3 | -0.133 | 2 | 0 |" in md and "| seal | call_format | 2 | +0.100 | 0 | 1 |" in md
+    per_step = bl._cue_effect_per_step(curves["seal"])
+    assert per_step["all"] == ([2, 4], [pytest.approx(-0.25), pytest.approx(0.1)])
 
 
 def test_too_short_run_has_no_rise(tmp_path):
@@ -194,18 +251,27 @@ def test_a_finished_run_from_another_warm_start_is_run_again(tmp_path, monkeypat
     assert bl.run_all(out, ["grpo"], [1], 4, False, [], jobs=1) == [] and len(runs) == 2  # reused
 
 
-def test_the_figure_plots_reward_held_out_score_labels_and_cues(tmp_path, monkeypatch):
-    """The four panels get the means over the seeds: held-out score (not only the pass share), the label mix
-    and the number of cue kinds on, per variant."""
+def test_the_figure_plots_reward_held_out_score_labels_cues_and_the_difference_to_grpo(tmp_path, monkeypatch):
+    """The panels get the means over the seeds: held-out score (not only the pass share), the label mix, the
+    number of cue kinds on and the cue effect per kind, per variant; the last panel each variant's difference to
+    GRPO with its interval."""
     pytest.importorskip("matplotlib")
     import matplotlib.axes
 
     for seed in (1, 2):
         fake_run(tmp_path / f"grpo_s{seed}", [0.2] * 5 + [0.5] * 5, heldout=(0.2, 0.6))
-        fake_run(tmp_path / f"seal_s{seed}", [0.2] * 5 + [0.3] * 5, heldout=(0.2, 0.4))
+        fake_run(tmp_path / f"seal_s{seed}", [0.2] * 5 + [0.3] * 5, heldout=(0.2, 0.4 + 0.1 * seed),
+                 probes={4: probe(4, all=(-0.1 * seed, -0.3, 0.0)), 8: probe(8, all=(0.1, 0.0, 0.2))})
     curves = {v: {s: bl.curve(str(tmp_path / f"{v}_s{s}")) for s in (1, 2)} for v in ("grpo", "seal")}
-    drawn = []
+    drawn, bars = [], []
     real_plot = matplotlib.axes.Axes.plot
+    real_errorbar = matplotlib.axes.Axes.errorbar
+
+    def record_bar(ax, x, y, *a, **k):
+        bars.append((list(x), list(y), k.get("xerr")))
+        return real_errorbar(ax, x, y, *a, **k)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "errorbar", record_bar)
 
     def record(ax, x, y, *a, **k):
         drawn.append((ax, k.get("label"), list(x), list(y)))  # titles are set after the lines
@@ -223,6 +289,13 @@ def test_the_figure_plots_reward_held_out_score_labels_and_cues(tmp_path, monkey
     # schema_constraints from step 3 on
     assert panel[("cue kinds on during the step", "seal")][1] == pytest.approx([0.0, 0.0] + [1.0] * 8)
     assert panel[("training reward per step", "grpo (2 seeds)")][1] == pytest.approx([0.2] * 5 + [0.5] * 5)
+    assert panel[("cue effect per kind at each probe", "seal: all")] == ([4, 8], pytest.approx([-0.15, 0.1]))
+    # seal minus grpo: last-window reward -0.2 on both seeds (no spread), held-out after -0.1 and 0.0
+    (x1, y1, e1), (x2, y2, e2) = bars
+    assert x1 == pytest.approx([-0.2]) and e1 == [[pytest.approx(0.0)], [pytest.approx(0.0)]]
+    assert x2 == pytest.approx([-0.05]) and y2 == [1]
+    half = 12.706 * 0.1 / 2 ** 0.5 / 2 ** 0.5  # sd of (-0.1, 0.0) over sqrt(2), times t with 1 degree of freedom
+    assert e2 == [[pytest.approx(half)], [pytest.approx(half)]]
 
 
 def test_a_damaged_row_costs_that_row_only(tmp_path, capsys):
