@@ -76,7 +76,7 @@ test-under-load: venv
 	$(PY) tests/_under_load.py $(UNDER_LOAD_TESTS) -- -q
 
 test-cpu-training: venv cpu-env
-	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q tests/test_cpu_training.py
+	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q tests/test_cpu_training.py tests/test_weight_sync_socket.py
 
 # run_two_nodes.sh: head + second node, state actor and rollout/reward workers spread over both (the first run of
 # test-cpu-training, alone)

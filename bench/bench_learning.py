@@ -430,7 +430,7 @@ def plot(curves: dict, path: str, window: int = 5) -> None:
             diff_ax.errorbar([d["mean"]], [i], xerr=err, color=colors.get(v), marker="D", capsize=4, lw=2)
     diff_ax.axvline(0.0, color="gray", lw=1)
     diff_ax.set_yticks(range(len(rows)), [f"{v}: {what}" for v, what, _ in rows], fontsize=8)
-    diff_ax.set_title("minus GRPO, paired by seed (dots: seeds, diamond: mean, bar: 95% interval)", fontsize=10)
+    diff_ax.set_title("difference to GRPO, paired by seed\n(dots: seeds, diamond: mean, bar: 95% interval)", fontsize=10)
     diff_ax.set_xlabel("difference to GRPO")
     diff_ax.grid(alpha=0.3)
     for ax, title, ylabel in (

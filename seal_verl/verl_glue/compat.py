@@ -9,7 +9,10 @@ and fails with one clear line on any other version, instead of a confusing error
 
 from __future__ import annotations
 
+import importlib.abc
 import importlib.metadata as _md
+import os
+import sys
 from typing import Any, Callable, Optional
 
 #: The verl release every reach below was read against and exercised with (tests run the real code paths).
@@ -41,6 +44,11 @@ REACHES: dict[str, str] = {
                                "ray_trainer.compute_data_metrics (called by fit with batch=..., its dict logged), "
                                "and of the private methods RayPPOTrainer._load_checkpoint / "
                                "RayPPOTrainer._save_checkpoint (self.global_steps set by the load)",
+    "distinct_weight_sync_socket": "the colocated weight sync's ZMQ IPC path, 'ipc:///tmp/rl-colocate-zmq-<Ray job "
+                                   "id>-replica-<r>-rank-<k>.sock', computed twice: ServerAdapter.__init__ sets "
+                                   "self.zmq_handle (vllm_rollout.py, the sender, which removes a file already "
+                                   "at the path and binds) and vLLMColocateWorkerExtension._get_zmq_handle() "
+                                   "(utils.py, the receiver in vLLM's worker process, which connects)",
     "exclude_rows_from_update": "the actor update reads response_mask and advantages of the step's rows from "
                                 "TransferQueue (jagged tensors), as verl's own rollout correction rewrites them",
 }
@@ -196,3 +204,107 @@ def exclude_rows_from_update(batch: Any, excluded: Any) -> None:
         rows = [torch.zeros_like(r) if ex else r for r, ex in zip(rows, excluded)]
         out[name] = torch.nested.as_nested_tensor(rows, layout=torch.jagged)
     tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(out, batch_size=len(batch)))
+
+
+# ------------------------------------------------------------------------------------------------ weight sync
+
+
+#: verl's modules that name the weight-sync socket: the sender's (the trainer side) and the receiver's (vLLM's worker)
+SENDER_MODULE = "verl.workers.rollout.vllm_rollout.vllm_rollout"
+RECEIVER_MODULE = "verl.workers.rollout.vllm_rollout.utils"
+SOCKET_PREFIX = "ipc:///tmp/rl-colocate-zmq-"
+_DISTINCT_MARK = "_seal_distinct_socket"
+
+
+def host_unique_socket(handle: str, raylet_pid: Optional[str] = None) -> str:
+    """``handle`` with the node's raylet pid after verl's prefix (``RAY_RAYLET_PID``, set in every Ray worker and
+    inherited by vLLM's worker processes); unchanged outside Ray or when already marked.
+
+    verl names the socket by the Ray job id, which every Ray cluster counts from ``01000000``: two runs side by
+    side on one host (two clusters) get the same path, and the sender removes a file already there before it
+    binds. When two weight syncs overlap, one run's receiver connects to the other run's socket, and both sides
+    of the first wait forever. The sender and its receiver run on the same node under the same raylet, two
+    clusters on one host never share a raylet, so the pid tells them apart and keeps the two sides equal.
+    """
+    pid = raylet_pid if raylet_pid is not None else os.environ.get("RAY_RAYLET_PID", "")
+    if not pid or not handle.startswith(SOCKET_PREFIX):
+        return handle
+    tag = f"raylet{pid}-"
+    rest = handle[len(SOCKET_PREFIX):]
+    return handle if rest.startswith(tag) else SOCKET_PREFIX + tag + rest
+
+
+def _distinct_sender(module: Any) -> None:
+    cls = module.ServerAdapter
+    original = cls.__init__
+    if getattr(original, _DISTINCT_MARK, False):
+        return
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        if isinstance(getattr(self, "zmq_handle", None), str):
+            self.zmq_handle = host_unique_socket(self.zmq_handle)
+
+    setattr(__init__, _DISTINCT_MARK, True)
+    __init__.__wrapped__ = original
+    cls.__init__ = __init__
+
+
+def _distinct_receiver(module: Any) -> None:
+    cls = module.vLLMColocateWorkerExtension
+    original = cls._get_zmq_handle
+    if getattr(original, _DISTINCT_MARK, False):
+        return
+
+    def _get_zmq_handle(self) -> str:
+        return host_unique_socket(original(self))
+
+    setattr(_get_zmq_handle, _DISTINCT_MARK, True)
+    _get_zmq_handle.__wrapped__ = original
+    cls._get_zmq_handle = _get_zmq_handle
+
+
+class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``name`` through the other finders and runs ``then(module)`` once its code has run, so installing
+    the reach never imports vLLM into a process that does not use it."""
+
+    def __init__(self, name: str, then: Callable[[Any], None]):
+        self.name, self.then, self.inner = name, then, None
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name or self.inner is not None:
+            return None
+        for finder in [f for f in sys.meta_path if f is not self and hasattr(f, "find_spec")]:
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                self.inner, spec.loader = spec.loader, self
+                return spec
+        return None
+
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module):
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        self.inner.exec_module(module)
+        self.then(module)
+
+    def __getattr__(self, attr):  # get_source, is_package...: the real loader's (tracebacks show source lines)
+        inner = self.__dict__.get("inner")
+        if inner is None:
+            raise AttributeError(attr)
+        return getattr(inner, attr)
+
+
+def distinct_weight_sync_socket() -> None:
+    """Name verl's weight-sync socket by the raylet as well as the job id (:func:`host_unique_socket`), in the
+    sender's and the receiver's module: now where a module is loaded, else right after it loads. Idempotent;
+    runs in every process through the plugin."""
+    require_checked_verl("distinct_weight_sync_socket")
+    for name, patch in ((SENDER_MODULE, _distinct_sender), (RECEIVER_MODULE, _distinct_receiver)):
+        module = sys.modules.get(name)
+        if module is not None:
+            patch(module)
+        elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
+            sys.meta_path.insert(0, _AfterImport(name, patch))

@@ -8,7 +8,9 @@ worker, and swallows any exception raised there (logged at DEBUG only). Importin
 2. the advantage estimator ``seal_grpo`` (``verl.trainer.ppo.core_algos.register_adv_est``);
 3. the legacy-trainer wrappers (``legacy.install``), pass-throughs unless a run selects SEAL;
 4. the V1 trainer ``seal`` (``verl.trainer.ppo.v1.register_trainer``);
-5. the BFCL agent loops, if ``seal_verl.verl_glue.agent_loop`` exists (the hook below).
+5. the BFCL agent loops, if ``seal_verl.verl_glue.agent_loop`` exists (the hook below);
+6. a weight-sync socket named by the raylet as well (``compat.distinct_weight_sync_socket``), so two runs on
+   one host never share it.
 
 Everything is idempotent: ``register()`` may run any number of times. ``REGISTERED`` records what happened,
 so tests can prove the registration in a fresh interpreter and in a Ray worker, where verl would have hidden
@@ -96,6 +98,11 @@ def register() -> dict[str, bool]:
     REGISTERED["legacy_wrappers"] = True
 
     _register_agent_loops()
+
+    from seal_verl.verl_glue import compat
+
+    compat.distinct_weight_sync_socket()
+    REGISTERED["distinct_weight_sync_socket"] = True
     return REGISTERED
 
 
