@@ -246,7 +246,8 @@ def paired(diffs: list[float]) -> dict:
     """Mean, sd and the 95% t-interval of per-seed differences (a seed's runs share data order and sampling
     seed, so the difference is taken within the seed). With one seed there is no interval."""
     out = {"mean": statistics.fmean(diffs) if diffs else None, "sd": None, "lo": None, "hi": None,
-           "n": len(diffs), "above": sum(d > 0 for d in diffs), "below": sum(d < 0 for d in diffs)}
+           "n": len(diffs), "above": sum(d > 0 for d in diffs), "below": sum(d < 0 for d in diffs),
+           "per_seed": list(diffs)}
     if len(diffs) > 1:
         sd = statistics.stdev(diffs)
         df = len(diffs) - 1
@@ -419,11 +420,7 @@ def plot(curves: dict, path: str, window: int = 5) -> None:
             for what, key in (("last-window reward", "last_minus_grpo"), ("held-out after", "heldout_minus_grpo"))
             if "grpo" in summary]
     for i, (v, what, d) in enumerate(rows):
-        per_seed = summary[v]["per_seed"]
-        g = summary["grpo"]["per_seed"]
-        field = "last" if what == "last-window reward" else "heldout_after"
-        dots = [r[field] - g[k][field] for k, r in sorted(per_seed.items())
-                if r and g.get(k) and r[field] is not None and g[k][field] is not None]
+        dots = d.get("per_seed") or []
         diff_ax.scatter(dots, [i] * len(dots), color=colors.get(v), alpha=0.5, s=18)
         if d.get("mean") is not None:
             err = None if d.get("lo") is None else [[d["mean"] - d["lo"]], [d["hi"] - d["mean"]]]
