@@ -138,7 +138,9 @@ ship-warm-starts: warm-starts
 cue-effect: cpu-env
 	.venv-cpu-train/bin/python -m seal_verl.warm_start.cue_reading measure recipes/ledger_cpu/model --samples 8
 
-# the ledger learning benchmark: GRPO, SEAL, no_env_side, no_reweighting x 3 seeds (resumes finished runs)
+# the ledger learning benchmark: GRPO, SEAL, no_env_side, no_reweighting x LEARN_SEEDS (resumes finished runs);
+# the rise is measured from the warm start's training reward (recipes/ledger_cpu/cue_effect.json for the shipped
+# one, measured once into runs/bench_learning/prepare for another)
 bench-learning: venv cpu-env
 	.venv-cpu-train/bin/python -m bench.bench_learning --steps $(LEARN_STEPS) --seeds $(LEARN_SEEDS) --jobs $(LEARN_JOBS) --no-plot
 	$(PY) -m bench.bench_learning --steps $(LEARN_STEPS) --seeds $(LEARN_SEEDS) --plot-only

@@ -13,10 +13,11 @@ the same config files and overrides) is reused, so an interrupted benchmark resu
 folders it writes into ``--out``:
 
 - ``learning.json``: per run and step the mean training reward, pass rate, label mix, cue kinds on, mean SEAL
-  weight; per run the held-out greedy accuracy (no cue) before and after; per variant the rise of the
-  training reward (mean of the last ``--window`` steps minus the first) per seed, its mean and spread, and the
-  difference of each variant to GRPO (last-window reward and held-out score after, paired by seed) with its 95%
-  interval over the seeds; per variant and cue kind the cue effect its probes measured over the steps;
+  weight; per run the held-out greedy accuracy (no cue) before and after; the warm start's own training reward
+  (:func:`start_reward`); per variant the rise of the training reward (mean of the last ``--window`` steps minus
+  the warm start's reward, and minus the first ``--window`` steps for comparison) per seed, its mean and spread,
+  and the difference of each variant to GRPO (last-window reward and held-out score after, paired by seed) with
+  its 95% interval over the seeds; per variant and cue kind the cue effect its probes measured over the steps;
 - ``learning.md``: those summaries as tables;
 - ``learning.png``: training reward per seed and the mean, held-out score, label mix and cue kinds per step, the
   cue effect per kind over the steps, and each variant's difference to GRPO per seed with its interval.
@@ -42,8 +43,13 @@ RUN = os.path.join(REPO, "recipes", "ledger_cpu", "run_ledger.sh")
 VARIANTS = ("grpo", "seal", "no_env_side", "no_reweighting")
 FAILURES = ("invalid_tool_call", "argument_mismatch", "state_mismatch", "recovery_failure", "missing_tool_call",
             "response_mismatch", "spurious_tool_call")
-#: a variant "learns" on a seed when the last-window mean exceeds the first-window mean by at least this
+#: a variant "learns" on a seed when its last-window mean training reward exceeds the warm start's by at least this
 RISE_GOAL = 0.15
+#: the shipped warm start's cue effect (``make cue-effect``); its ``none`` condition is the warm start's training
+#: reward without cues, every training task sampled at the run's temperature
+SHIPPED_EFFECT = os.path.join(REPO, "recipes", "ledger_cpu", "cue_effect.json")
+#: where the benchmark measures it for a warm start that is not the shipped one
+MEASURED_EFFECT = "cue_effect.json"
 
 
 def _rows(rows_and_damage: tuple[list, list]) -> list[dict]:
@@ -106,6 +112,55 @@ def model_identity(prepared: str) -> Optional[str]:
     return "files:" + h.hexdigest()[:16]
 
 
+def _prepared_model(prepared: str) -> Optional[str]:
+    try:
+        with open(os.path.join(prepared, RF.PREPARE)) as f:
+            return str(json.load(f)["model"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def start_reward(prepared: str, shipped: str = SHIPPED_EFFECT) -> Optional[dict]:
+    """The training reward of the model a prepared folder starts from, before any update: the ``none`` condition
+    of a cue-effect measurement of the same weights (``model.safetensors``' SHA-256), the shipped one or one the
+    benchmark made in ``prepared`` -> ``{"reward", "n", "source"}``; None when there is none.
+
+    Why not the first steps of the runs: GRPO here reaches most of its final reward by step 3, so a first-window
+    mean averages in policies already updated, and step 1 alone is one batch of 8 tasks (0.17-0.25 across seeds).
+    The measurement covers every training task, 8 samples each, at the run's temperature and reward."""
+    from seal_verl.shipped_models import file_sha256
+
+    model = _prepared_model(prepared)
+    weights = os.path.join(model, "model.safetensors") if model else None
+    if not weights or not os.path.isfile(weights):
+        return None
+    sha = file_sha256(weights)
+    for path in (os.path.join(prepared, MEASURED_EFFECT), shipped):
+        try:
+            with open(path) as f:
+                measured = json.load(f)
+            values = [float(v) for v in measured["values"]["none"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if measured.get("model_sha256") == sha and values:
+            return {"reward": statistics.fmean(values), "n": len(values), "source": os.path.relpath(path, REPO)}
+    return None
+
+
+def measure_start(prepared: str) -> int:
+    """Measure the cue effect of the prepared model into ``prepared`` when no measurement of its weights exists
+    (a warm start other than the shipped one: about 4 minutes); :func:`start_reward` then reads it."""
+    if start_reward(prepared) is not None:
+        return 0
+    model = _prepared_model(prepared)
+    if model is None:  # nothing prepared to measure (the summary then says it has no measurement)
+        return 0
+    print(f"[bench-learning] measuring the training reward of {model} before any step (cue_reading measure)",
+          flush=True)
+    return subprocess.run([sys.executable, "-m", "seal_verl.warm_start.cue_reading", "measure", model,
+                           "--out", os.path.join(prepared, MEASURED_EFFECT)], cwd=REPO).returncode
+
+
 def finished(path: str, steps: int, fingerprint: Optional[str] = None) -> bool:
     """True for a run that exited 0 after ``steps`` steps and, with ``fingerprint``, was made under those
     settings (a run without the record, from before it existed, is not reused)."""
@@ -166,15 +221,19 @@ def run_all(out: str, variants: list[str], seeds: list[int], steps: int, force: 
     # once, before any run: the cached warm start (so that no two runs build it at once) and its identity
     if prepare(out) != 0:
         return ["preparing the warm start"]
+    # the warm start's own training reward, the baseline of the rise; a failure here is named, the runs go on
+    measured = measure_start(os.path.join(out, "prepare")) == 0
+    failed = [] if measured else ["measuring the warm start's training reward (the rise falls back to the first "
+                                  "window)"]
     model = model_identity(os.path.join(out, "prepare"))
     if jobs <= 1:
-        return [f"{v} seed {s}" for v, s in order if run_one(out, v, s, steps, force, extra, model=model) != 0]
+        return failed + [f"{v} seed {s}" for v, s in order if run_one(out, v, s, steps, force, extra, model=model) != 0]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         codes = list(pool.map(lambda vs: run_one(out, vs[0], vs[1], steps, force, extra, prefix=True,
                                                  model=model), order))
-    return [f"{v} seed {s}" for (v, s), rc in zip(order, codes) if rc != 0]
+    return failed + [f"{v} seed {s}" for (v, s), rc in zip(order, codes) if rc != 0]
 
 
 def curve(path: str) -> dict:
@@ -214,14 +273,19 @@ def curve(path: str) -> dict:
             "heldout_acc": {k: statistics.fmean(v) for k, v in sorted(acc.items())}}
 
 
-def rise(c: dict, window: int) -> Optional[dict]:
+def rise(c: dict, window: int, start: Optional[float] = None) -> Optional[dict]:
+    """A run's rise: the mean training reward of its last ``window`` steps minus ``start`` (the warm start's
+    training reward, :func:`start_reward`), or minus its first ``window`` steps when ``start`` is None
+    (``baseline`` says which); ``window_rise`` is always last minus first window."""
     r = [x["reward"] for x in c["steps"] if x["reward"] is not None]
     if len(r) < 2 * window:
         return None
     first, last = statistics.fmean(r[:window]), statistics.fmean(r[-window:])
     ho, hp = c["heldout"], c.get("heldout_pass") or {}
     passing = [x["labels"].get("pass", 0.0) for x in c["steps"] if x["reward"] is not None and x["labels"]]
-    out = {"first": first, "last": last, "rise": last - first,
+    out = {"first": first, "last": last, "start": start, "window_rise": last - first,
+           "rise": last - (first if start is None else start),
+           "baseline": "first window" if start is None else "warm start",
            "heldout_before": ho.get(0), "heldout_after": ho[max(ho)] if ho and max(ho) > 0 else None,
            "heldout_pass_before": hp.get(0), "heldout_pass_after": hp[max(hp)] if hp and max(hp) > 0 else None,
            "pass_first": None, "pass_last": None}
@@ -270,13 +334,13 @@ def cue_effect_summary(by_seed: dict) -> dict:
             for kind, es in sorted(per_kind.items(), key=lambda kv: (kv[0] != "all", kv[0]))}
 
 
-def summarise(curves: dict, window: int) -> dict:
-    """Per variant: per-seed rises, their mean and sd, seeds meeting the goal, the difference to GRPO (last-window
-    training reward and held-out score after the last step, paired by seed, with a 95% interval) and what its
-    cue-effect probes measured."""
+def summarise(curves: dict, window: int, start: Optional[float] = None) -> dict:
+    """Per variant: per-seed rises (from ``start``, the warm start's training reward, when known), their mean and
+    sd, seeds meeting the goal, the difference to GRPO (last-window training reward and held-out score after the
+    last step, paired by seed, with a 95% interval) and what its cue-effect probes measured."""
     out: dict = {}
     for variant, by_seed in curves.items():
-        rs = {s: rise(c, window) for s, c in by_seed.items()}
+        rs = {s: rise(c, window, start) for s, c in by_seed.items()}
         ok = {s: r for s, r in rs.items() if r is not None}
         vals = [r["rise"] for r in ok.values()]
         out[variant] = {"per_seed": rs, "mean_rise": statistics.fmean(vals) if vals else None,
@@ -304,29 +368,42 @@ def _interval(d: Optional[dict]) -> str:
     return txt + f" ({d['above']} of {d['n']} above)"
 
 
-def tables(curves: dict, summary: dict, window: int) -> str:
+def tables(curves: dict, summary: dict, window: int, start: Optional[dict] = None) -> str:
+    """The run, variant, cue-effect and per-step tables of ``learning.md``. ``start``: :func:`start_reward`'s
+    record, named above the tables as the baseline of the rise."""
     def arrow(a, b):
         return ("-" if a is None else f"{a:.3f}") + " -> " + ("-" if b is None else f"{b:.3f}")
 
-    lines = [f"| variant | seed | reward first {window} | last {window} | rise | held-out score before -> after "
-             "| training turns passing, first -> last window | held-out turns passing before -> after |",
-             "|---|---|---|---|---|---|---|---|"]
+    if start:
+        lines = [f"Rise: the mean training reward of the last {window} steps minus the warm start's training reward "
+                 f"without cues, {start['reward']:.3f} ({start['n']} rollouts over every training task, "
+                 f"{start['source']}); the rise between the first and the last {window} steps beside it.", ""]
+    else:
+        lines = [f"Rise: the last {window} steps minus the first {window} (no measurement of the warm start's "
+                 "training reward was found).", ""]
+    lines += [f"| variant | seed | reward first {window} | last {window} | rise | rise first -> last {window} "
+              "| held-out score before -> after | training turns passing, first -> last window "
+              "| held-out turns passing before -> after |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for v, s in summary.items():
         for seed, r in sorted(s["per_seed"].items()):
             if r is None:
                 n = len(curves[v][seed]["steps"])
-                lines.append(f"| {v} | {seed} | ({n} steps logged) | | | | | |")
+                lines.append(f"| {v} | {seed} | ({n} steps logged) | | | | | | |")
                 continue
             lines.append(f"| {v} | {seed} | {r['first']:.3f} | {r['last']:.3f} | {r['rise']:+.3f} | "
-                         f"{arrow(r['heldout_before'], r['heldout_after'])} | {arrow(r.get('pass_first'), r.get('pass_last'))} | "
+                         f"{r['window_rise']:+.3f} | {arrow(r['heldout_before'], r['heldout_after'])} | "
+                         f"{arrow(r.get('pass_first'), r.get('pass_last'))} | "
                          f"{arrow(r.get('heldout_pass_before'), r.get('heldout_pass_after'))} |")
-    lines += ["", "| variant | mean rise +- sd over seeds | seeds with rise >= 0.15 | last-window reward minus GRPO's, "
-              "95% interval over seeds | held-out score after minus GRPO's, 95% interval | held-out score after (mean) |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", f"| variant | mean rise +- sd over seeds | seeds with rise >= {RISE_GOAL} | mean rise first -> last "
+              f"{window} | last-window reward minus GRPO's, 95% interval over seeds | held-out score after minus "
+              "GRPO's, 95% interval | held-out score after (mean) |",
+              "|---|---|---|---|---|---|---|"]
     for v, s in summary.items():
         vals = [r["rise"] for r in s["per_seed"].values() if r]
+        between = [r["window_rise"] for r in s["per_seed"].values() if r]
         after = [r["heldout_after"] for r in s["per_seed"].values() if r and r["heldout_after"] is not None]
-        lines.append(f"| {v} | {_ms(vals)} | {len(s['seeds_meeting_goal'])}/{len(vals)} | "
+        lines.append(f"| {v} | {_ms(vals)} | {len(s['seeds_meeting_goal'])}/{len(vals)} | {_ms(between)} | "
                      f"{_interval(s.get('last_minus_grpo'))} | {_interval(s.get('heldout_minus_grpo'))} | "
                      + (f"{statistics.fmean(after):.3f}" if after else "-") + " |")
     effects = [(v, kind, e) for v, s in summary.items() for kind, e in (s.get("cue_effect") or {}).items()]
@@ -374,12 +451,13 @@ def _cue_effect_per_step(by_seed: dict) -> dict[str, tuple[list, list]]:
     return {kind: (sorted(ks), [statistics.fmean(ks[k]) for k in sorted(ks)]) for kind, ks in per.items()}
 
 
-def plot(curves: dict, path: str, window: int = 5) -> None:
+def plot(curves: dict, path: str, window: int = 5, start: Optional[float] = None) -> None:
     """Six panels: training reward (seeds and mean), held-out greedy score without cues (seeds and mean), the
     turns that miss or break a call against those with the right tool and a wrong argument, how many cue kinds
     were on (means over the seeds), the cue effect per kind the probes measured over the steps (mean over the
     seeds, SEAL solid, other variants with cues dotted), and each variant's difference to GRPO per seed with
-    the mean and its 95% interval."""
+    the mean and its 95% interval. ``start``: the warm start's training reward, a dashed line in the first
+    panel."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -415,7 +493,9 @@ def plot(curves: dict, path: str, window: int = 5) -> None:
                            ls="-" if v == "seal" else ":", marker="o" if kind == "all" else ".",
                            label=f"{v}: {kind}")
     effect_ax.axhline(0.0, color="gray", lw=1)
-    summary = summarise(curves, window)
+    if start is not None:
+        reward_ax.axhline(start, color="gray", lw=1.5, ls="--", label=f"warm start, no cue ({start:.3f})")
+    summary = summarise(curves, window, start)
     rows = [(v, what, s.get(key) or {}) for v, s in summary.items() if v != "grpo"
             for what, key in (("last-window reward", "last_minus_grpo"), ("held-out after", "heldout_minus_grpo"))
             if "grpo" in summary]
@@ -483,16 +563,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     curves = {v: {s: curve(run_dir(args.out, v, s)) for s in args.seeds if os.path.isdir(run_dir(args.out, v, s))}
               for v in args.variants}
     curves = {v: c for v, c in curves.items() if c}
-    summary = summarise(curves, args.window)
+    start = start_reward(os.path.join(args.out, "prepare"))
+    base = start["reward"] if start else None
+    summary = summarise(curves, args.window, base)
     with open(os.path.join(args.out, "learning.json"), "w") as f:
         json.dump({"steps": args.steps, "window": args.window, "rise_goal": RISE_GOAL, "seeds": args.seeds,
-                   "summary": summary, "curves": curves, "failed": failed,
+                   "warm_start_reward": start, "summary": summary, "curves": curves, "failed": failed,
                    "seconds": round(time.time() - t0, 1)}, f, indent=1)
-    md = tables(curves, summary, args.window)
+    md = tables(curves, summary, args.window, start)
     with open(os.path.join(args.out, "learning.md"), "w") as f:
         f.write(md + "\n")
     if not args.no_plot and curves:
-        plot(curves, os.path.join(args.out, "learning.png"), args.window)
+        plot(curves, os.path.join(args.out, "learning.png"), args.window, base)
     print(md.split("\n\n| variant | seed | step")[0])
     if failed:
         print(f"[bench-learning] failed runs: {', '.join(failed)}", file=sys.stderr)

@@ -1,5 +1,5 @@
-"""bench/bench_learning.py's reading of run folders (no training): per-step curves, the rise over a window,
-the difference to GRPO, and which finished runs are reused."""
+"""bench/bench_learning.py's reading of run folders (no training): per-step curves, the rise from the warm start
+and over a window, the difference to GRPO, and which finished runs are reused."""
 
 from __future__ import annotations
 
@@ -54,7 +54,65 @@ def test_rise_and_difference_to_grpo(tmp_path):
     assert s["grpo"]["per_seed"][1]["heldout_pass_before"] == pytest.approx(0.5)
     assert s["grpo"]["per_seed"][1]["heldout_pass_after"] == pytest.approx(1.0)
     md = bl.tables(curves, s, 5)
-    assert "| grpo | 1 | 0.200 | 0.500 | +0.300 | 0.100 -> 0.400 | 0.500 -> 0.500 | 0.500 -> 1.000 |" in md
+    assert "| grpo | 1 | 0.200 | 0.500 | +0.300 | +0.300 | 0.100 -> 0.400 | 0.500 -> 0.500 | 0.500 -> 1.000 |" in md
+    assert "no measurement of the warm start's training reward" in md
+
+
+def test_a_run_that_learns_in_its_first_steps_rises_from_the_warm_start(tmp_path):
+    """GRPO on the ledger reaches most of its reward by step 3: a first-window mean then averages in policies
+    already updated, and a run that went from 0.2 to 0.5 in one step showed a rise of 0.06. Measured from the
+    warm start's own training reward, the rise is 0.3 and meets the goal; the window's rise stays beside it."""
+    fake_run(tmp_path / "grpo_s1", [0.2] + [0.5] * 19)
+    curves = {"grpo": {1: bl.curve(str(tmp_path / "grpo_s1"))}}
+    r = bl.summarise(curves, window=5, start=0.2)["grpo"]
+    assert r["per_seed"][1]["rise"] == pytest.approx(0.3) and r["per_seed"][1]["baseline"] == "warm start"
+    assert r["per_seed"][1]["window_rise"] == pytest.approx(0.06)
+    assert r["seeds_meeting_goal"] == [1]
+    # without a measurement the first window is the baseline, and says so
+    plain = bl.summarise(curves, window=5)["grpo"]
+    assert plain["per_seed"][1]["rise"] == pytest.approx(0.06) and plain["seeds_meeting_goal"] == []
+    assert plain["per_seed"][1]["baseline"] == "first window"
+    md = bl.tables(curves, bl.summarise(curves, 5, 0.2), 5,
+                   {"reward": 0.2, "n": 512, "source": "recipes/ledger_cpu/cue_effect.json"})
+    assert "warm start's training reward without cues, 0.200 (512 rollouts" in md
+    assert "| grpo | +0.300 | 1/1 | +0.060 |" in md
+
+
+def _measurement(path, weights: bytes, none=(0.0, 0.5), model_sha=None):
+    import hashlib
+
+    with open(path, "w") as f:
+        json.dump({"model_sha256": model_sha or hashlib.sha256(weights).hexdigest(),
+                   "values": {"none": list(none), "current": [1.0, 1.0]}}, f)
+
+
+def test_start_reward_is_the_no_cue_reward_measured_on_the_same_weights(tmp_path):
+    prepared, model = _prepared(str(tmp_path), "a", weights=b"w1")
+    shipped = str(tmp_path / "shipped.json")
+    assert bl.start_reward(prepared, shipped) is None  # no measurement at all
+    _measurement(shipped, b"other weights")
+    assert bl.start_reward(prepared, shipped) is None  # a measurement of other weights is not this model's
+    _measurement(shipped, b"w1", none=(0.25, 0.5, 0.0, 0.25))
+    got = bl.start_reward(prepared, shipped)
+    assert got["reward"] == pytest.approx(0.25) and got["n"] == 4
+    # one the benchmark made in the prepared folder comes first; a damaged one is passed over
+    _measurement(os.path.join(prepared, bl.MEASURED_EFFECT), b"w1", none=(1.0, 1.0))
+    assert bl.start_reward(prepared, shipped)["reward"] == pytest.approx(1.0)
+    with open(os.path.join(prepared, bl.MEASURED_EFFECT), "w") as f:
+        f.write('{"model_sha256": ')
+    assert bl.start_reward(prepared, shipped)["reward"] == pytest.approx(0.25)
+
+
+def test_the_shipped_measurement_is_of_the_shipped_warm_start(tmp_path):
+    """make bench-learning reads the shipped warm start's reward from recipes/ledger_cpu/cue_effect.json: the
+    file must be of the weights that ship beside it (a rebuilt model without a new measurement fails here)."""
+    prepared = tmp_path / "prepare"
+    prepared.mkdir()
+    (prepared / "prepare.json").write_text(json.dumps({"model": os.path.join(bl.REPO, "recipes", "ledger_cpu",
+                                                                             "model")}))
+    got = bl.start_reward(str(prepared))
+    assert got is not None and got["source"] == os.path.join("recipes", "ledger_cpu", "cue_effect.json")
+    assert got["n"] >= 256 and 0.0 < got["reward"] < 1.0
 
 
 def test_difference_to_grpo_is_paired_by_seed_with_a_t_interval(tmp_path):
@@ -178,8 +236,12 @@ def _record_runs(monkeypatch) -> list:
     (a preparation, PREPARE_ONLY, succeeds and is not counted)."""
     runs = []
 
-    def fake_subprocess_run(cmd, env, cwd):
-        if not env.get("PREPARE_ONLY"):
+    def fake_subprocess_run(cmd, env=None, cwd=None):
+        if "seal_verl.warm_start.cue_reading" in cmd:  # the warm start's measurement: of the weights it names
+            with open(os.path.join(cmd[cmd.index("measure") + 1], "model.safetensors"), "rb") as f:
+                _measurement(cmd[cmd.index("--out") + 1], f.read(), none=(0.2, 0.2))
+            runs.append("measure")
+        elif not env.get("PREPARE_ONLY"):
             runs.append(env["OUT"])
             fake_run(env["OUT"], [0.3] * int(env["STEPS"]))
         return type("P", (), {"returncode": 0})()
@@ -248,7 +310,24 @@ def test_a_finished_run_from_another_warm_start_is_run_again(tmp_path, monkeypat
     prepared, _ = _prepared(str(tmp_path), "b", "b")
     os.makedirs(os.path.join(out, "prepare"), exist_ok=True)
     os.replace(os.path.join(prepared, "prepare.json"), os.path.join(out, "prepare", "prepare.json"))
-    assert bl.run_all(out, ["grpo"], [1], 4, False, [], jobs=1) == [] and len(runs) == 2  # reused
+    assert bl.run_all(out, ["grpo"], [1], 4, False, [], jobs=1) == [] and runs[2:] == ["measure"]  # reused
+    # the warm start (not the shipped one) was measured once, into the prepared folder, and read from there
+    assert bl.start_reward(os.path.join(out, "prepare"))["reward"] == pytest.approx(0.2)
+    assert bl.run_all(out, ["grpo"], [1], 4, False, [], jobs=1) == [] and runs[2:] == ["measure"]
+
+
+def test_a_failed_measurement_of_the_warm_start_is_named_and_the_runs_go_on(tmp_path, monkeypatch):
+    prepared, _ = _prepared(str(tmp_path), "a")
+    out = str(tmp_path / "bench")
+    os.makedirs(os.path.join(out, "prepare"))
+    os.replace(os.path.join(prepared, "prepare.json"), os.path.join(out, "prepare", "prepare.json"))
+    monkeypatch.setattr(bl, "prepare", lambda out: 0)
+    monkeypatch.setattr(bl.subprocess, "run", lambda cmd, cwd=None: type("P", (), {"returncode": 1})())
+    done = []
+    monkeypatch.setattr(bl, "run_one", lambda out, v, s, *a, **k: done.append((v, s)) or 0)
+    failed = bl.run_all(out, ["grpo"], [1, 2], 4, False, [], jobs=1)
+    assert done == [("grpo", 1), ("grpo", 2)]
+    assert len(failed) == 1 and failed[0].startswith("measuring the warm start's training reward")
 
 
 def test_the_figure_plots_reward_held_out_score_labels_cues_and_the_difference_to_grpo(tmp_path, monkeypatch):
@@ -278,8 +357,13 @@ def test_the_figure_plots_reward_held_out_score_labels_cues_and_the_difference_t
         return real_plot(ax, x, y, *a, **k)
 
     monkeypatch.setattr(matplotlib.axes.Axes, "plot", record)
+    lines = []
+    real_axhline = matplotlib.axes.Axes.axhline
+    monkeypatch.setattr(matplotlib.axes.Axes, "axhline",
+                        lambda ax, y=0, *a, **k: lines.append((y, k.get("label"))) or real_axhline(ax, y, *a, **k))
     path = tmp_path / "learning.png"
-    bl.plot(curves, str(path))
+    bl.plot(curves, str(path), start=0.2)
+    assert (0.2, "warm start, no cue (0.200)") in lines  # the rise's baseline, drawn in the reward panel
     assert path.stat().st_size > 10_000
     panel = {(ax.get_title().split(",")[0].split(" (")[0], label): (xs, ys) for ax, label, xs, ys in drawn if label}
     held = panel[("held-out greedy score", "grpo")]

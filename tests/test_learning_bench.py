@@ -61,6 +61,9 @@ def test_two_seal_steps_on_the_ledger_and_a_resume(tmp_path):
         for r in rows:
             if r["advantage"] is not None and r["grpo_advantage"] is not None and not r["excluded"]:
                 assert abs(r["advantage"] - r["w"] * r["grpo_advantage"]) < 1e-3 * max(1.0, abs(r["advantage"]))
+    # the rise is measured from the warm start's own training reward (a measurement of the same weights)
+    assert summary["warm_start_reward"]["n"] >= 64 and 0.0 <= summary["warm_start_reward"]["reward"] <= 1.0
+    assert summary["summary"]["seal"]["per_seed"]["1"]["baseline"] == "warm start"
     held = summary["curves"]["seal"]["1"]["heldout"]
     assert "0" in held and str(STEPS) in held  # greedy held-out accuracy before and after, no cue
     val = _jsonl(RF.read_validation(run))
