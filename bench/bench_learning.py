@@ -89,14 +89,21 @@ def settings(extra: list[str], root: str = REPO, model: Optional[str] = None) ->
     return h.hexdigest()[:16]
 
 
+def _prepared_model(prepared: str) -> Optional[str]:
+    """The model folder a prepared run folder's record names; None when the folder was not prepared."""
+    try:
+        with open(os.path.join(prepared, RF.PREPARE)) as f:
+            return str(json.load(f)["model"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def model_identity(prepared: str) -> Optional[str]:
     """The model a prepared run folder (its prepare record) starts from: the fingerprint in its ``warm_start.json``
     (every warm start records one over its inputs), else a digest of the folder's files (a model passed as it
     is). None when the folder was not prepared."""
-    try:
-        with open(os.path.join(prepared, RF.PREPARE)) as f:
-            model = json.load(f)["model"]
-    except (OSError, ValueError, KeyError):
+    model = _prepared_model(prepared)
+    if model is None:
         return None
     try:
         with open(os.path.join(model, "warm_start.json")) as f:
@@ -112,14 +119,6 @@ def model_identity(prepared: str) -> Optional[str]:
     return "files:" + h.hexdigest()[:16]
 
 
-def _prepared_model(prepared: str) -> Optional[str]:
-    try:
-        with open(os.path.join(prepared, RF.PREPARE)) as f:
-            return str(json.load(f)["model"])
-    except (OSError, ValueError, KeyError):
-        return None
-
-
 def start_reward(prepared: str, shipped: str = SHIPPED_EFFECT) -> Optional[dict]:
     """The training reward of the model a prepared folder starts from, before any update: the ``none`` condition
     of a cue-effect measurement of the same weights (``model.safetensors``' SHA-256), the shipped one or one the
@@ -128,6 +127,7 @@ def start_reward(prepared: str, shipped: str = SHIPPED_EFFECT) -> Optional[dict]
     Why not the first steps of the runs: GRPO here reaches most of its final reward by step 3, so a first-window
     mean averages in policies already updated, and step 1 alone is one batch of 8 tasks (0.17-0.25 across seeds).
     The measurement covers every training task, 8 samples each, at the run's temperature and reward."""
+    from seal_verl.cue_effect import NONE
     from seal_verl.shipped_models import file_sha256
 
     model = _prepared_model(prepared)
@@ -139,7 +139,7 @@ def start_reward(prepared: str, shipped: str = SHIPPED_EFFECT) -> Optional[dict]
         try:
             with open(path) as f:
                 measured = json.load(f)
-            values = [float(v) for v in measured["values"]["none"]]
+            values = [float(v) for v in measured["values"][NONE]]
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if measured.get("model_sha256") == sha and values:

@@ -9,6 +9,7 @@ and fails with one clear line on any other version, instead of a confusing error
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.metadata as _md
 import os
@@ -234,34 +235,31 @@ def host_unique_socket(handle: str, raylet_pid: Optional[str] = None) -> str:
     return handle if rest.startswith(tag) else SOCKET_PREFIX + tag + rest
 
 
-def _distinct_sender(module: Any) -> None:
-    cls = module.ServerAdapter
-    original = cls.__init__
+def _wrap_once(cls: Any, name: str, make: Callable[[Callable], Callable]) -> None:
+    """Replace ``cls.<name>`` by ``make(original)``, marked, so a second call (the plugin runs in every process,
+    and a module may be patched both now and after its import) leaves it as it is."""
+    original = getattr(cls, name)
     if getattr(original, _DISTINCT_MARK, False):
         return
+    wrapper = functools.wraps(original)(make(original))
+    setattr(wrapper, _DISTINCT_MARK, True)
+    setattr(cls, name, wrapper)
 
-    def __init__(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        if isinstance(getattr(self, "zmq_handle", None), str):
-            self.zmq_handle = host_unique_socket(self.zmq_handle)
 
-    setattr(__init__, _DISTINCT_MARK, True)
-    __init__.__wrapped__ = original
-    cls.__init__ = __init__
+def _distinct_sender(module: Any) -> None:
+    def make(original):
+        def __init__(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            if isinstance(getattr(self, "zmq_handle", None), str):
+                self.zmq_handle = host_unique_socket(self.zmq_handle)
+        return __init__
+
+    _wrap_once(module.ServerAdapter, "__init__", make)
 
 
 def _distinct_receiver(module: Any) -> None:
-    cls = module.vLLMColocateWorkerExtension
-    original = cls._get_zmq_handle
-    if getattr(original, _DISTINCT_MARK, False):
-        return
-
-    def _get_zmq_handle(self) -> str:
-        return host_unique_socket(original(self))
-
-    setattr(_get_zmq_handle, _DISTINCT_MARK, True)
-    _get_zmq_handle.__wrapped__ = original
-    cls._get_zmq_handle = _get_zmq_handle
+    _wrap_once(module.vLLMColocateWorkerExtension, "_get_zmq_handle",
+               lambda original: lambda self: host_unique_socket(original(self)))
 
 
 class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
