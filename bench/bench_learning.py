@@ -36,8 +36,7 @@ import time
 from collections import defaultdict
 from typing import Optional
 
-from seal_verl import run_folder as RF
-
+from seal_verl.runs import folder as RF
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(REPO, "recipes", "ledger_cpu", "run_ledger.sh")
 VARIANTS = ("grpo", "seal", "no_env_side", "no_reweighting")
@@ -127,8 +126,8 @@ def start_reward(prepared: str, shipped: str = SHIPPED_EFFECT) -> Optional[dict]
     Why not the first steps of the runs: GRPO here reaches most of its final reward by step 3, so a first-window
     mean averages in policies already updated, and step 1 alone is one batch of 8 tasks (0.17-0.25 across seeds).
     The measurement covers every training task, 8 samples each, at the run's temperature and reward."""
-    from seal_verl.cue_effect import NONE
-    from seal_verl.shipped_models import file_sha256
+    from seal_verl.core.cue_effect import NONE
+    from seal_verl.models.shipped import file_sha256
 
     model = _prepared_model(prepared)
     weights = os.path.join(model, "model.safetensors") if model else None
@@ -157,7 +156,7 @@ def measure_start(prepared: str) -> int:
         return 0
     print(f"[bench-learning] measuring the training reward of {model} before any step (cue_reading measure)",
           flush=True)
-    return subprocess.run([sys.executable, "-m", "seal_verl.warm_start.cue_reading", "measure", model,
+    return subprocess.run([sys.executable, "-m", "seal_verl.models.warm_start.cue_reading", "measure", model,
                            "--out", os.path.join(prepared, MEASURED_EFFECT)], cwd=REPO).returncode
 
 

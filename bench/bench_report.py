@@ -1,7 +1,7 @@
-"""Benchmark: ``seal-verl report`` on a long run, in numbers (see ``seal_verl/run_report.py``).
+"""Benchmark: ``seal-verl report`` on a long run, in numbers (see ``seal_verl/runs/report.py``).
 
 Writes a synthetic run folder of ``--steps`` training steps with the run folder's own writer
-(``seal_verl.run_folder.RunFolder``, the rows ``step_row`` and ``trace_row`` build), then times reading it
+(``seal_verl.runs.folder.RunFolder``, the rows ``step_row`` and ``trace_row`` build), then times reading it
 (``load_run``) and the whole report (``build_report``: the PNGs and the page) and prints this process's peak
 resident memory. CPU time is printed beside wall time because the wall time depends on what else the machine
 runs. Also prints the size of a closed-loop state after as many steps (its history keeps the last
@@ -27,12 +27,12 @@ CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param"
 
 def write_run(path: str, steps: int, rollouts: int, val_every: int, probe_every: int) -> None:
     """A training run folder of ``steps`` steps whose rows have the shapes the trainer writes."""
-    from seal_verl import run_folder as RF
-    from seal_verl import taxonomy as tx
-    from seal_verl.interface import InterfaceConfig
-    from seal_verl.loop import ClosedLoopState, SealSwitches
+    from seal_verl.runs import folder as RF
+    from seal_verl.core import taxonomy as tx
+    from seal_verl.core.interface import InterfaceConfig
+    from seal_verl.core.loop import ClosedLoopState, SealSwitches
     from seal_verl.verl_glue.driver import step_row, trace_row, val_row
-    from seal_verl.weighting import WeightingConfig
+    from seal_verl.core.weighting import WeightingConfig
 
     folder = RF.RunFolder(path)
     folder.write_config({"seal": {"switches": {"env_side": True, "reweighting": True, "closed_loop": True}}})
@@ -68,10 +68,10 @@ def write_run(path: str, steps: int, rollouts: int, val_every: int, probe_every:
 
 def state_size(steps: int) -> int:
     """Bytes of a closed-loop state file after ``steps`` steps of the loop (the last rows of its history)."""
-    from seal_verl.interface import InterfaceConfig
-    from seal_verl.loop import HISTORY_WINDOW, SealSwitches, closed_loop_step, initial
-    from seal_verl.profile import TrajectoryRecord
-    from seal_verl.weighting import WeightingConfig
+    from seal_verl.core.interface import InterfaceConfig
+    from seal_verl.core.loop import HISTORY_WINDOW, SealSwitches, closed_loop_step, initial
+    from seal_verl.core.profile import TrajectoryRecord
+    from seal_verl.core.weighting import WeightingConfig
 
     sw, icfg, wcfg = SealSwitches(), InterfaceConfig(), WeightingConfig()
     state = initial(sw, icfg, wcfg)
@@ -91,7 +91,7 @@ def main() -> int:
     p.add_argument("--val-every", type=int, default=500)
     p.add_argument("--probe-every", type=int, default=5)
     args = p.parse_args()
-    from seal_verl.run_report import build_report, load_run
+    from seal_verl.runs.report import build_report, load_run
 
     with tempfile.TemporaryDirectory(prefix="seal-report-bench-") as tmp:
         run = os.path.join(tmp, "run")

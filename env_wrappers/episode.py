@@ -14,8 +14,8 @@ import json
 from collections import Counter
 from typing import Any, Callable, Optional
 
-from seal_verl.diagnosis import TurnCheck
-from seal_verl.trace import (PARSE_BAD_STRUCTURE, PARSE_BAD_SYNTAX, PARSE_OK, PARSE_TOO_LARGE, Attempt, CallRecord,
+from seal_verl.core.diagnosis import TurnCheck
+from seal_verl.core.trace import (PARSE_BAD_STRUCTURE, PARSE_BAD_SYNTAX, PARSE_OK, PARSE_TOO_LARGE, Attempt, CallRecord,
                              Trace, TurnTrace)
 
 from .protocol import StepResult, ToolResult, Verification

@@ -8,11 +8,11 @@ small objects, in the spirit of Gymnasium's ``Env`` and tau2-bench's domain / to
   functions revealed later, and verifies a finished trace turn by turn (:class:`Verification`);
 - an :class:`Episode` (one per rollout, never shared): serves the user turns in order, executes one assistant
   message's tool calls and returns a :class:`StepResult`, says where turns end, and records the
-  :class:`~seal_verl.trace.Trace` that Psi reads.
+  :class:`~seal_verl.core.trace.Trace` that Psi reads.
 
 Which environment serves a dataset row is the row's ``extra_info.env`` (any name the registry resolves: a
 registered name or alias, an entry point, an import path), or the agent loop's own default. A task is whatever
-``load_task`` returns (SEAL reads no attribute of it); a task id is any non-empty string. The SEAL observation wrapper (:mod:`env_wrappers.observation`) wraps any ``Episode``: it
+``load_task`` returns (SEAL reads no attribute of it); a task id is any non-empty string. The SEAL observation wrapper (:mod:`seal_verl.core.observation`) wraps any ``Episode``: it
 only grows observation messages, so the tool semantics stay the environment's.
 
 Nothing here imports verl; an environment may import whatever it needs (BFCL imports bfcl-eval), and SEAL's
@@ -25,9 +25,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional, Protocol, runtime_checkable
 
-from env_wrappers.observation import HINT_PREFIX
-from seal_verl.diagnosis import TurnCheck
-from seal_verl.trace import Attempt, Trace
+from seal_verl.core.observation import CUE_MARKER
+from seal_verl.core.diagnosis import TurnCheck
+from seal_verl.core.trace import Attempt, Trace
 
 __all__ = ["ToolResult", "StepResult", "Episode", "Environment", "Verification", "TurnCheck",
            "CUE_MARKER", "CLOSING_TEXT", "ABSTAIN_TEXT", "tool_docs_lines"]
@@ -120,8 +120,6 @@ CLOSING_TEXT = "Done."
 #: A scripted assistant's answer on a turn where it must ask instead of calling.
 ABSTAIN_TEXT = "I cannot do that yet: a required detail or function is missing. Could you provide it?"
 
-#: The marker every cue block starts with (so the trainer can count cue text in rollouts).
-CUE_MARKER = HINT_PREFIX.strip()
 
 
 def tool_docs_lines(tools: list[dict]) -> str:

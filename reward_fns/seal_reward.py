@@ -20,7 +20,7 @@ with the agent loop's ``extra_fields``; the SEAL agent loops put the rollout's t
 The function grades from the trace, never from ``solution_str`` (which also contains the tool observations
 and any cue text). The environment (``trace.meta["env"]``, else the row's ``extra_info.env``, else the
 ``env`` option) looks the task up, checks the row against it and verifies the trace
-(:class:`env_wrappers.protocol.Environment`); Psi (:func:`seal_verl.diagnosis.diagnose`) labels the turns
+(:class:`env_wrappers.protocol.Environment`); Psi (:func:`seal_verl.core.diagnosis.diagnose`) labels the turns
 from the verifier's per-turn checks. Every sample returns the same keys (:data:`RESULT_KEYS`):
 
 - ``score``: the training reward: 1.0 / 0.0 (task passes under the reward semantics); with ``dense_credit``
@@ -30,7 +30,7 @@ from the verifier's per-turn checks. Every sample returns the same keys (:data:`
   the abstention flags (JSON strings, because ragged per-turn lists cannot be stacked by verl);
 - ``seal_category``, ``seal_task_id``: strings; ``seal_checker_error``: 1.0 if the verifier failed on a
   turn; ``seal_cue_tokens``: cue tokens in the rollout;
-- ``seal_p_<key>`` for each key of :data:`seal_verl.taxonomy.PROFILE_KEYS`: the trajectory profile p_j(z).
+- ``seal_p_<key>`` for each key of :data:`seal_verl.core.taxonomy.PROFILE_KEYS`: the trajectory profile p_j(z).
 
 Options (``reward_kwargs``; docs/config.md lists them with their defaults):
 
@@ -58,11 +58,11 @@ from dataclasses import asdict, fields
 from typing import Any, Optional
 
 from env_wrappers.registry import get_environment
-from seal_verl import taxonomy as tx
-from seal_verl.diagnosis import diagnose
-from seal_verl.profile import trajectory_profile
-from seal_verl.settings import RewardOptions
-from seal_verl.trace import Trace
+from seal_verl.core import taxonomy as tx
+from seal_verl.core.diagnosis import diagnose
+from seal_verl.core.profile import trajectory_profile
+from seal_verl.core.settings import RewardOptions
+from seal_verl.core.trace import Trace
 
 __all__ = ["compute_score", "grade", "parse_options", "TRACE_KEY", "TASK_ID_KEY", "ENV_KEY", "PROFILE_PREFIX", "RESULT_KEYS",
            "DEFAULTS", "RewardOptions"]
@@ -80,7 +80,7 @@ RESULT_KEYS: tuple[str, ...] = (
     "seal_cue_tokens",
 ) + tuple(PROFILE_PREFIX + k for k in tx.PROFILE_KEYS)
 
-#: Option defaults as a dict (from :class:`seal_verl.settings.RewardOptions`, their one source).
+#: Option defaults as a dict (from :class:`seal_verl.core.settings.RewardOptions`, their one source).
 DEFAULTS: dict[str, Any] = asdict(RewardOptions())
 #: Keyword arguments verl's reward managers may pass that this function does not use.
 _VERL_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})

@@ -132,7 +132,7 @@ def _add_eval_parser(sub) -> None:
 
 # ------------------------------------------------------------------------------------------- report
 def _cmd_report(args: argparse.Namespace) -> int:
-    from .run_report import ReportError, build_report
+    from .runs.report import ReportError, build_report
 
     try:
         rep = build_report(args.runs, args.out, names=args.names)
@@ -156,7 +156,7 @@ def _add_report_parser(sub) -> None:
 
 # ------------------------------------------------------------------------------------------- check
 def _cmd_check(args: argparse.Namespace) -> int:
-    from .run_check import run
+    from .runs.check import run
 
     try:
         return run(args)
@@ -165,7 +165,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _add_check_parser(sub) -> None:
-    from .run_check import add_arguments
+    from .runs.check import add_arguments
 
     ck = sub.add_parser("check", help="check a training run from its run folder: steps, state, weights x advantages, "
                         "cues, weight sync, resume; exit 0 only if every check passes")

@@ -13,7 +13,7 @@ from typing import Optional
 
 from env_wrappers.episode import TurnEpisode, verify_by_turn
 from env_wrappers.protocol import ABSTAIN_TEXT, CLOSING_TEXT, Environment, Verification
-from seal_verl.trace import Trace
+from seal_verl.core.trace import Trace
 
 from .backend import TOOL_CALL, TOOL_NAMES, Ledger, decode_block, openai_tools, render_call, schema_errors
 from .tasks import FAMILIES, LedgerTask, all_tasks

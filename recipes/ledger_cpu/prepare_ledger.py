@@ -3,7 +3,7 @@
     python recipes/ledger_cpu/prepare_ledger.py RUN_DIR [--models-dir D] [--model DIR]
 
 The model: the ledger warm start, five stages each cached and rebuilt only when an input changes
-(``seal_verl.warm_start.ledger_stages``: four supervised stages and the mixed stage, the benchmark's model; it
+(``seal_verl.models.warm_start.ledger_stages``: four supervised stages and the mixed stage, the benchmark's model; it
 prints the model's behaviour, the sampled label mix, and warns when that is outside the band the benchmark's
 settings were chosen for), or ``--model`` as it is. The data go to ``RUN_DIR/data``: ``train.parquet`` (the 64
 training tasks, ``seal_env`` loop: SEAL's interface on) and ``eval.parquet`` (the 32 held-out tasks, ``env`` loop:
@@ -29,8 +29,8 @@ def main(argv=None) -> int:
     p.add_argument("--model", default=None, help="use this model folder as it is (no warm start)")
     args = p.parse_args(argv)
     from seal_verl import dry_run as dr
-    from seal_verl.warm_start import ledger_stages
-    from seal_verl.warm_start.ledger import ENV
+    from seal_verl.models.warm_start import ledger_stages
+    from seal_verl.models.warm_start.ledger import ENV
 
     run_dir = os.path.abspath(args.run_dir)
     data = os.path.join(run_dir, "data")

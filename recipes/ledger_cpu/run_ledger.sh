@@ -2,7 +2,7 @@
 # One run of the ledger learning benchmark through verl's own launcher (`python -m verl.trainer.main_ppo`), the
 # same path as recipes/bfcl_v3/cpu/run_cpu.sh: the BFCL V3 recipe's composition and variant groups, the CPU
 # overlay (+cpu=tiny), and the ledger overlay (+learn=ledger: agent loops, reward function, sizes, proactive
-# cues on). The model is the ledger warm start (prepare_ledger.py: seal_verl.warm_start.ledger_stages), the same for
+# cues on). The model is the ledger warm start (prepare_ledger.py: seal_verl.models.warm_start.ledger_stages), the same for
 # every run.
 #
 #   VARIANT=grpo STEPS=20 SEED=1 OUT=runs/ledger/grpo_s1 bash recipes/ledger_cpu/run_ledger.sh [hydra overrides]
@@ -11,7 +11,7 @@
 # sampling seed), OUT (run dir), SEAL_CPU_VENV (training venv), SEAL_CPU_MODELS (model cache), SEAL_CPU_MODEL
 # (use this model folder as it is), REBUILD=1 (build the warm start here, cached in SEAL_CPU_MODELS, instead of using
 # the shipped one, recipes/ledger_cpu/model), VERBOSE=1, PREPARE_ONLY=1 (stop once the model and the data are ready).
-# The run dir gets data/, verl's log and SEAL's run folder (its files are listed in seal_verl/run_folder.py).
+# The run dir gets data/, verl's log and SEAL's run folder (its files are listed in seal_verl/runs/folder.py).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
@@ -29,8 +29,8 @@ MODELS="${SEAL_CPU_MODELS:-$REPO/runs/cpu/models}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
-# the run folder's files are named in one place (seal_verl/run_folder.py); the script asks it for them
-RUN_FOLDER=("$PY" -m seal_verl.run_folder)
+# the run folder's files are named in one place (seal_verl/runs/folder.py); the script asks it for them
+RUN_FOLDER=("$PY" -m seal_verl.runs.folder)
 LOG="$("${RUN_FOLDER[@]}" path "$OUT" log)"
 TIMING="$("${RUN_FOLDER[@]}" path "$OUT" timing)"
 CKPT="$("${RUN_FOLDER[@]}" path "$OUT" checkpoints)"
@@ -43,7 +43,7 @@ SHIPPED="$HERE/model"
 if [ -z "${SEAL_CPU_MODEL:-}" ] && [ "${REBUILD:-0}" != 1 ] && [ -f "$SHIPPED/build.json" ]; then
   # the shipped warm start: the same weights on every machine; checked, then copied into the cache (runs write there)
   mkdir -p "$MODELS"
-  SEAL_CPU_MODEL="$("$PY" -m seal_verl.shipped_models use "$SHIPPED" "$MODELS/ledger-mix-shipped")" || {
+  SEAL_CPU_MODEL="$("$PY" -m seal_verl.models.shipped use "$SHIPPED" "$MODELS/ledger-mix-shipped")" || {
     echo "run-ledger: error: the shipped warm start $SHIPPED is damaged; restore it with git or rebuild: REBUILD=1" >&2
     exit 2; }
   echo "[run-ledger] model: the shipped warm start ($SHIPPED; REBUILD=1 builds one here instead)"
@@ -75,7 +75,7 @@ set +e
 PID=$!
 trap 'kill -INT $PID 2>/dev/null; wait $PID 2>/dev/null; exit 130' INT TERM
 if [ "${VERBOSE:-0}" = 1 ]; then tail -n +1 -f "$LOG" --pid=$PID; else
-  "$PY" -m seal_verl.run_watch "$OUT" --log "$LOG" --steps "$STEPS" --pid $PID; fi
+  "$PY" -m seal_verl.runs.watch "$OUT" --log "$LOG" --steps "$STEPS" --pid $PID; fi
 wait $PID
 RC=$?
 set -e

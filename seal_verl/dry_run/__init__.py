@@ -7,7 +7,7 @@ What runs, per training step ``t``:
    ``collate_fn`` into a ``DataProto``, repeated ``rollouts`` times (GRPO groups);
 2. verl's real ``AgentLoopWorker`` (in-process) runs the training agent loop on every row (``seal_bfcl``;
    ``seal_env`` for other environments): a real episode of the environment under the real
-   :class:`~env_wrappers.observation.SealObservationWrapper` with Omega_t, prompts rendered by verl's
+   :class:`~seal_verl.core.observation.SealObservationWrapper` with Omega_t, prompts rendered by verl's
    Continuous Token builder with the tiny local model's chat template;
 3. the LLM is a :class:`ScriptedLLM`: it answers verl's ``generate(request_id, prompt_ids=...,
    sampling_params=...)`` with token ids of scripted text (ground-truth calls with injected failures of every
@@ -20,7 +20,7 @@ What runs, per training step ``t``:
 5. the trainer's advantage path: the SEAL weights of the glue's :class:`~seal_verl.verl_glue.driver.SealDriver`
    from the reward extras, activated as a ``WeightPlan`` around verl's own ``compute_advantage`` with the
    ``seal_grpo`` estimator (GRPO group normalisation, then ``w_j``);
-6. the closed-loop update (``SealDriver.end_step`` -> ``seal_verl.loop.closed_loop_step``), the state saved
+6. the closed-loop update (``SealDriver.end_step`` -> ``seal_verl.core.loop.closed_loop_step``), the state saved
    to ``state_step_{t}.json``, and handed to the rollout side for step ``t+1``
    (:func:`seal_verl.verl_glue.agent_loop.set_state_source`, the in-process stand-in for the state actor).
 

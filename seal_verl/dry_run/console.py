@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from seal_verl.cue_effect import short_line
-from seal_verl.interface import SHORT_NAMES
+from seal_verl.core.cue_effect import short_line
+from seal_verl.core.interface import SHORT_NAMES
 
 _SHORT_LABELS = (("invalid_tool_call", "inv"), ("argument_mismatch", "arg"), ("state_mismatch", "state"),
                  ("recovery_failure", "recov"), ("missing_tool_call", "miss"), ("response_mismatch", "resp"),

@@ -78,7 +78,7 @@ def replay_plan(task, messages: list[list[str]], fmt: str, env: Optional[str] = 
 
 def _judge(task, messages, fmt, env: Optional[str] = None) -> Optional[list]:
     """Psi's labels of a scripted rollout: replayed, verified (official semantics), diagnosed."""
-    from seal_verl.diagnosis import diagnose
+    from seal_verl.core.diagnosis import diagnose
 
     try:
         trace = replay_plan(task, messages, fmt, env)

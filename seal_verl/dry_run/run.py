@@ -96,7 +96,7 @@ class DryRun:
                tokenizer, folder, train_loop: str, out: str, loop) -> dict:
         """The cue-effect probe of step ``k`` when one is due (``verl_glue/probe.py``): the probe's rows through
         the same agent-loop worker, plans drawn from the step's mix; its metrics ({} when none is due)."""
-        from seal_verl import run_folder as RF
+        from seal_verl.runs import folder as RF
         from seal_verl.verl_glue import probe as P
 
         plan = probe.plan_for(k, driver.state, train_ids)
@@ -159,7 +159,7 @@ class DryRun:
 
         from seal_verl.verl_glue.agent_loop import set_state_source
         from seal_verl.verl_glue.config import parse_seal_config
-        from seal_verl import run_folder as RF
+        from seal_verl.runs import folder as RF
         from seal_verl.verl_glue.driver import SealDriver, val_row
         from seal_verl.verl_glue.in_process import train_step
         from seal_verl.verl_glue.step import StepWriter
@@ -265,7 +265,7 @@ class DryRun:
 def cue_reader(book: PlanBook):
     """The ``cue_reader`` policy's choice for a new request: the passing plan when the first prompt carries a
     cue, else nothing (the request takes its queued plan)."""
-    from env_wrappers.protocol import CUE_MARKER
+    from seal_verl.core.observation import CUE_MARKER
 
     def choose(task, prompt_text: str):
         return book.get(task, "pass") if CUE_MARKER in prompt_text else None

@@ -19,7 +19,7 @@ __all__ = ["InProcessRewardWorker", "dataset_rows", "hint_flags", "load_batch", 
 
 def tiny_model(path: str) -> str:
     """The tiny random Qwen2 at ``path`` (made there once)."""
-    from seal_verl.tiny_model import make_tiny_qwen
+    from seal_verl.models.tiny_model import make_tiny_qwen
 
     if os.path.exists(os.path.join(path, "config.json")) and os.path.exists(os.path.join(path, "tokenizer.json")):
         return os.path.abspath(path)
@@ -98,7 +98,7 @@ def rollout_texts(gen, tokenizer, i: int) -> tuple[str, str, str]:
 
 def hint_flags(gen, tokenizer) -> list[bool]:
     """Per row: does any cue marker appear anywhere in the rendered tokens (prompt or response)?"""
-    from env_wrappers.protocol import CUE_MARKER as marker
+    from seal_verl.core.observation import CUE_MARKER as marker
 
     out = []
     for i in range(len(gen)):

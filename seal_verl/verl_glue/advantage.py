@@ -5,7 +5,7 @@ config only, never with per-sample data. The trainer-side glue (the V1 trainer s
 or the legacy ``compute_advantage`` wrapper in ``legacy.py``) therefore reads the reward extras itself,
 computes the per-trajectory weights and activates a ``WeightPlan`` around verl's own advantage
 computation; the estimator then computes verl's GRPO outcome advantage (group-normalised) and multiplies it
-by the plan's weights (``seal_verl.weighting.apply_weights``).
+by the plan's weights (``seal_verl.core.weighting.apply_weights``).
 
 Outside an active plan the estimator raises ``SealWiringError``: selecting ``seal_grpo`` without the part
 that supplies labels is an error at the first advantage computation, never a silent weight of 1.
@@ -26,7 +26,7 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
-from seal_verl import taxonomy as tx
+from seal_verl.core import taxonomy as tx
 from seal_verl.verl_glue.config import SEAL_GRPO
 
 #: Reward-extra key carrying p_j(z) for each profile key.
@@ -108,7 +108,7 @@ def profile_from_extras(extras: dict, row: int = 0) -> dict[str, float]:
 
 def record_from_extras(extras: dict, row: int = 0):
     """The ``TrajectoryRecord`` (category, labels, abstention, reward=score) of one sample."""
-    from seal_verl.profile import TrajectoryRecord
+    from seal_verl.core.profile import TrajectoryRecord
 
     check_extras_present(extras.keys(), f"the reward extras of row {row}")
     labels = _json_list(extras[LABELS_FIELD], LABELS_FIELD, row)
@@ -270,7 +270,7 @@ def seal_grpo_advantage(
     """
     from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
-    from seal_verl.weighting import apply_weights
+    from seal_verl.core.weighting import apply_weights
 
     plan = _ACTIVE_PLAN.get()
     if plan is None:

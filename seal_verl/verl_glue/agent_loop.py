@@ -12,7 +12,7 @@ Registered names, chosen per parquet row by the ``agent_name`` column:
 - ``seal_bfcl`` / ``bfcl``: the same two loops with BFCL as the default environment (the names the BFCL
   recipes and data use).
 
-A training loop wraps the episode in :class:`env_wrappers.observation.SealObservationWrapper` with the current
+A training loop wraps the episode in :class:`seal_verl.core.observation.SealObservationWrapper` with the current
 closed-loop interface state Omega_t, read from the SEAL state actor the trainer publishes to
 (``seal_verl.verl_glue.state_actor``; see :func:`set_state_source` for in-process runs and the fallback
 order); an evaluation loop has no wrapper, never reads the state, and adds not one byte of cue text.
@@ -117,7 +117,7 @@ LOOP_FIELD = "seal_agent_loop"
 # where the training loop gets Omega_t from
 # ------------------------------------------------------------------------------------------------------------
 
-StateLike = Union[dict, Any]  # a state-actor payload dict, or a seal_verl.loop.ClosedLoopState
+StateLike = Union[dict, Any]  # a state-actor payload dict, or a seal_verl.core.loop.ClosedLoopState
 _STATE_SOURCE: Optional[Union[StateLike, Callable[[Optional[int]], StateLike]]] = None
 
 
@@ -168,7 +168,7 @@ def task_id_of(kwargs: dict) -> str:
 
 def probe_of(kwargs: dict) -> Optional[dict]:
     """A probe row's ``{"condition", "kinds", "sampling"}`` (checked), or None for an ordinary row."""
-    from seal_verl.interface import check_kinds
+    from seal_verl.core.interface import check_kinds
     from seal_verl.verl_glue.probe import PROBE_KEY, PROBE_SAMPLING
 
     value = _plain(_row_extra_info(kwargs).get(PROBE_KEY))
@@ -342,9 +342,9 @@ class EnvAgentLoopBase(AgentLoopBase):
 
     async def _make_wrapper(self, env, kwargs: dict, meta: dict):
         """The observation wrapper for a training rollout, or None when the environment side is off."""
-        from env_wrappers.observation import SealObservationWrapper
-        from seal_verl.interface import InterfaceState
-        from seal_verl.loop import ClosedLoopState, SealSwitches, effective_interface_config
+        from seal_verl.core.observation import SealObservationWrapper
+        from seal_verl.core.interface import InterfaceState
+        from seal_verl.core.loop import ClosedLoopState, SealSwitches, effective_interface_config
         from seal_verl.verl_glue.config import parse_seal_config
 
         seal_cfg = parse_seal_config(self.config.get("seal") if hasattr(self.config, "get") else None)
@@ -626,7 +626,7 @@ class EnvAgentLoopBase(AgentLoopBase):
 
     def _output(self, r: "_Rollout") -> AgentLoopOutput:
         """The trace (with cue statistics, budget events, token counts) and verl's output of the rollout."""
-        from env_wrappers.observation import empty_cue_stats
+        from seal_verl.core.observation import empty_cue_stats
 
         env, budget, wrapper = r.env, r.budget, r.wrapper
         stats = copy.deepcopy(wrapper.cue_stats) if wrapper is not None else empty_cue_stats([], enabled=False)

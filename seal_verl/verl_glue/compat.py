@@ -21,7 +21,7 @@ CHECKED_VERL = "0.9.1"
 
 #: What each reach relies on, by function name (shown in the version error, kept next to the code). Every private
 #: name of verl (or OmegaConf) that the plugin reads, overrides or replaces is named in one of these lines, and so
-#: is every verl module attribute it replaces: ``tests/test_verl_reaches.py`` scans the installed source for them.
+#: is every verl module attribute it replaces: ``tests/verl/test_verl_reaches.py`` scans the installed source for them.
 REACHES: dict[str, str] = {
     "single_call_synthetic_assistant": "ContinuousTokenBuilder._synthetic_assistant_for_tools (private method)",
     "agent_loop_registry": "verl.experimental.agent_loop.agent_loop._agent_loop_registry (private dict)",

@@ -1,6 +1,6 @@
 """The ``seal:`` section of a verl trainer config: checked as a structured config, and against verl's settings.
 
-The section's fields and their single defaults are the core's dataclasses (``seal_verl.settings.SealSettings``;
+The section's fields and their single defaults are the core's dataclasses (``seal_verl.core.settings.SealSettings``;
 the table is in docs/config.md). Here, as verl does with its own dataclass configs, OmegaConf merges the
 user's section onto ``OmegaConf.structured(SealSettings)``: unknown keys and values of the wrong type are
 refused there, and the core's ``validate()`` adds the range checks. Every failure is a one-line
@@ -16,8 +16,8 @@ import json
 import typing
 from typing import Any, Optional
 
-from seal_verl.options import parse_bool as _parse_bool
-from seal_verl.settings import SealSettings, StateActorConfig
+from seal_verl.core.options import parse_bool as _parse_bool
+from seal_verl.core.settings import SealSettings, StateActorConfig
 
 __all__ = ["SEAL_GRPO", "SEAL_TRAINER_MODES", "SealConfig", "SealConfigError", "StateActorConfig", "check_run_config",
            "estimator_name", "parse_bool", "parse_seal_config", "to_plain"]

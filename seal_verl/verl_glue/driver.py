@@ -10,7 +10,7 @@ One ``SealDriver`` lives in the trainer process. Per training step it
 It also writes the state next to verl's checkpoint (``<global_step_N>/seal_state.json``) and reads it back
 on resume. No verl import here: the trainer glue passes in what it needs.
 
-With ``seal.run_dir`` set it keeps a run folder (``seal_verl.run_folder``: the layout, its rows and the writer
+With ``seal.run_dir`` set it keeps a run folder (``seal_verl.runs.folder``: the layout, its rows and the writer
 shared with ``seal-verl dry-run``). This module turns what the trainer has (reward extras, agent-loop fields,
 the states before and after the step) into those rows: :func:`trace_row`, :func:`val_row`, :func:`step_row`;
 the state file of each step is written here, in ``end_step``.
@@ -25,9 +25,9 @@ import os
 import uuid
 from typing import Any, Optional
 
-from seal_verl import run_folder
+from seal_verl.runs import folder as run_folder
 from seal_verl.atomic import FileContentError, atomic_write_text, read_json_object
-from seal_verl.run_folder import StepRow, TraceRow, ValRow
+from seal_verl.runs.folder import StepRow, TraceRow, ValRow
 from seal_verl.verl_glue.config import SealConfig
 from seal_verl.verl_glue import state_actor
 
@@ -71,7 +71,7 @@ def resume_folder(trainer_cfg: Any, global_steps: int) -> Optional[str]:
 
 # ------------------------------------------------------------------------------------------------ run folder
 
-# The run folder's names, rows and writer live in ``seal_verl.run_folder``; the writer is named here too because
+# The run folder's names, rows and writer live in ``seal_verl.runs.folder``; the writer is named here too because
 # the step writer and the trainer glue reach it through the driver.
 RunFolder = run_folder.RunFolder
 _json_safe = run_folder.json_safe
@@ -101,7 +101,7 @@ def _float(value: Any, default: Optional[float] = None) -> Optional[float]:
 
 def _profile_keys(reward_extras: dict) -> Optional[list]:
     """The turns' keys in the metrics' vocabulary (``correct_abstention`` for a pass on an abstention turn)."""
-    from seal_verl.profile import profile_keys
+    from seal_verl.core.profile import profile_keys
 
     labels = _json_value(reward_extras.get("seal_labels"))
     abst = _json_value(reward_extras.get("seal_abstention"))
@@ -240,7 +240,7 @@ class SealDriver:
     """
 
     def __init__(self, cfg: SealConfig, actor: Optional[tuple[str, Optional[str], bool]] = None):
-        from seal_verl.loop import ClosedLoopState
+        from seal_verl.core.loop import ClosedLoopState
 
         self.cfg = cfg
         self.actor = actor
@@ -273,7 +273,7 @@ class SealDriver:
         """
         import torch
 
-        from seal_verl.weighting import weights_for_batch
+        from seal_verl.core.weighting import weights_for_batch
 
         if not self.reweighting:
             return torch.ones(len(profiles), dtype=torch.float32)
@@ -287,7 +287,7 @@ class SealDriver:
 
     def end_step(self, global_step: int) -> dict[str, float]:
         """Close the step: closed-loop update with the collected records, metrics, state file, publish."""
-        from seal_verl.loop import closed_loop_step, metrics
+        from seal_verl.core.loop import closed_loop_step, metrics
 
         records, self._records = self._records, []
         self.state_before = self.state
@@ -346,7 +346,7 @@ class SealDriver:
         Raises:
             SealResumeError: no state file, or it belongs to another step than the checkpoint.
         """
-        from seal_verl.loop import ClosedLoopState
+        from seal_verl.core.loop import ClosedLoopState
 
         path = os.path.join(folder, STATE_FILE)
         if not os.path.exists(path):

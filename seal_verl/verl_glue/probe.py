@@ -1,4 +1,4 @@
-"""The cue-effect probe's rollouts: rows to generate and records to summarise (``seal_verl.cue_effect``).
+"""The cue-effect probe's rollouts: rows to generate and records to summarise (``seal_verl.core.cue_effect``).
 
 A probe row is a training row of the dataset (the same task, prompt and agent loop) whose ``extra_info`` carries
 ``seal_probe``: the condition's name, the cue kinds it runs with and the sampling parameters of the training
@@ -16,8 +16,7 @@ import copy
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Optional
 
-from seal_verl import cue_effect as ce
-
+from seal_verl.core import cue_effect as ce
 #: extra_info key of a probe row: the condition and the kinds it runs with (read by ``agent_loop.probe_of``)
 PROBE_KEY = "seal_probe"
 #: sampling parameters a probe row may set
@@ -149,13 +148,13 @@ class CueEffectProbe:
 
     def due(self, step: int, state: Any) -> bool:
         """Whether training step ``step`` runs a probe under the closed-loop ``state``."""
-        from seal_verl.interface import active_kinds
+        from seal_verl.core.interface import active_kinds
 
         return self.runs and ce.due(self.cfg, step, self.last_step, active_kinds(state.interface))
 
     def plan_for(self, step: int, state: Any, task_ids: Iterable[str]) -> Optional[ProbePlan]:
         """The probe of training step ``step`` under the closed-loop ``state``, or None when none is due."""
-        from seal_verl.interface import active_kinds
+        from seal_verl.core.interface import active_kinds
 
         if not self.due(step, state):
             return None
@@ -164,7 +163,7 @@ class CueEffectProbe:
     def finish(self, p: ProbePlan, records: list[ce.ProbeRecord], driver: Any) -> dict[str, float]:
         """Summarise a probe, retire kinds if asked to (``driver.state`` changes, the caller publishes it), and
         return its ``seal/cue_effect/...`` metrics."""
-        from seal_verl.interface import retire
+        from seal_verl.core.interface import retire
 
         out = summary(p, records, self.cfg.confidence)
         found = {k: ce.Effect.from_dict(v) for k, v in out["effects"].items()}

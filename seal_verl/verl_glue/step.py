@@ -88,7 +88,7 @@ def seal_step(driver: SealDriver, extras: list, uids: Any, compute_advantage: Ca
     import numpy as np
     import torch
 
-    from seal_verl.profile import zero_profile
+    from seal_verl.core.profile import zero_profile
 
     profiles, records = [], []
     for i, info in enumerate(extras):
@@ -168,7 +168,7 @@ def data_proto_rollouts(data: Any, result: StepResult, tokenizer: Any,
                                                          "seal_cue_tokens", "seal_cue_count")) -> list[Rollout]:
     """Fill the rollouts of a step on a ``DataProto`` batch (legacy trainer and dry run: extras and agent-loop
     fields in ``non_tensor_batch``, padded tensors in ``batch``) with what the run folder shows."""
-    from env_wrappers.protocol import CUE_MARKER
+    from seal_verl.core.observation import CUE_MARKER
 
     batch, ntb = data.batch, data.non_tensor_batch
     keys = batch.keys()

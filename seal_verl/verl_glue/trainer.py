@@ -75,7 +75,7 @@ def _resolved(cfg):
 
 
 def _cue_marker() -> str:
-    from env_wrappers.protocol import CUE_MARKER
+    from seal_verl.core.observation import CUE_MARKER
 
     return CUE_MARKER
 

@@ -8,7 +8,7 @@ Three forms reach us, the same ones BFCL's handlers decode:
 - ``python``: BFCL's prompt-mode list ``[f(a=1), g(b='x')]`` parsed with ``ast`` (literals only).
 - ``fc``: the decoded function-calling form of API models: a list of ``{name: arguments-as-JSON}`` objects.
 
-Every decoded call is returned as a :class:`~seal_verl.trace.CallRecord` with a canonical call string
+Every decoded call is returned as a :class:`~seal_verl.core.trace.CallRecord` with a canonical call string
 ``name(k=repr(v), ...)``, the same string form BFCL's decoders produce, which only :func:`parse_call_string`
 (literal-only) ever reads back. Nothing here runs code: no ``eval``, no ``exec``, no ``literal_eval`` on
 whole messages (it is used only on already-validated constant nodes).
@@ -24,8 +24,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from seal_verl.schema import POSITIONAL_PREFIX
-from seal_verl.trace import (
+from seal_verl.core.schema import POSITIONAL_PREFIX
+from seal_verl.core.trace import (
     PARSE_BAD_NAME,
     PARSE_BAD_STRUCTURE,
     PARSE_BAD_SYNTAX,

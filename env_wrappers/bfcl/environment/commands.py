@@ -58,7 +58,7 @@ def preflight_command(args: argparse.Namespace) -> int:
     from .preflight import format_check, recipe_max_prompt_length, run
 
     try:
-        from seal_verl.backbones import spec
+        from seal_verl.models.backbones import spec
 
         spec(args.backbone)
         limit = args.max_prompt_length or recipe_max_prompt_length(args.backbone)

@@ -23,7 +23,7 @@ import weakref
 from typing import Any, Callable
 
 from env_wrappers.protocol import StepResult, ToolResult  # noqa: F401 - re-exported for callers
-from seal_verl.trace import PARSE_OK, Attempt, CallRecord, Trace, TurnTrace
+from seal_verl.core.trace import PARSE_OK, Attempt, CallRecord, Trace, TurnTrace
 
 from . import calls as _calls
 from .backends import ERROR_PREFIX, Backends, method_names

@@ -13,7 +13,7 @@ import json
 from typing import Any, Optional
 
 from env_wrappers.protocol import Environment, Verification
-from seal_verl.trace import Trace
+from seal_verl.core.trace import Trace
 
 from . import prompts
 from .env import MAX_STEPS_PER_TURN, BFCLEnv

@@ -75,7 +75,7 @@ def measure(backbone: str, tokenizer_dir: Optional[str] = None, task_ids: Option
     """``{task_id: lengths}`` for all 800 tasks (or ``task_ids``)."""
     from env_wrappers.bfcl.environment.tasks import load_tasks
 
-    from seal_verl.backbones import build_tokenizer, spec
+    from seal_verl.models.backbones import build_tokenizer, spec
 
     s = spec(backbone)
     if tokenizer_dir:

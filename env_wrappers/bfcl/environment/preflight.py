@@ -154,7 +154,7 @@ def check_template(tokenizer, backbone: str, task_id: str = "multi_turn_miss_fun
     """The model's tokenizer renders a BFCL task with its tools in the backbone's call format."""
     from env_wrappers.bfcl.environment.env import BFCLEnv
     from env_wrappers.bfcl.environment.tasks import load_tasks
-    from seal_verl.backbones import spec
+    from seal_verl.models.backbones import spec
     from env_wrappers.bfcl.environment import prompts
 
     s = spec(backbone)
@@ -181,8 +181,8 @@ def check_template(tokenizer, backbone: str, task_id: str = "multi_turn_miss_fun
 
 def _cue_wrapper(env, interface: Optional[dict]):
     """``env`` with every cue kind on, bounded as the run bounds them (``seal.interface`` of the recipe)."""
-    from env_wrappers.observation import SealObservationWrapper
-    from seal_verl.interface import InterfaceConfig, InterfaceState
+    from seal_verl.core.observation import SealObservationWrapper
+    from seal_verl.core.interface import InterfaceConfig, InterfaceState
 
     keep = ("max_cue_chars", "max_schema_cue_chars", "proactive_cues")
     cfg = InterfaceConfig(**{k: v for k, v in (interface or {}).items() if k in keep}, fixed_all_on=True).validate()
@@ -195,7 +195,7 @@ def prompt_lengths(tokenizer, backbone: str, task_ids: list, progress: bool = Tr
     SEAL run can add to the first user turn (the longest first prompt training can see)."""
     from env_wrappers.bfcl.environment.env import BFCLEnv
     from env_wrappers.bfcl.environment.tasks import load_tasks
-    from seal_verl.backbones import spec
+    from seal_verl.models.backbones import spec
     from env_wrappers.bfcl.environment import prompts
     from tqdm import tqdm
 
@@ -246,7 +246,7 @@ def check_data(data_dir: str, backbone: str) -> tuple[Check, list]:
     """The parquet files exist and were prepared for the backbone's call format; returns their task ids."""
     import pandas as pd
 
-    from seal_verl.backbones import spec
+    from seal_verl.models.backbones import spec
 
     s = spec(backbone)
     ids, formats = [], set()
@@ -331,7 +331,7 @@ def _recipe_section(*keys: str, path: Optional[str] = None):
 def _backbone_group(backbone: str) -> Optional[str]:
     """The recipe's backbone group file of ``backbone`` (a group name, or a tokenizer family such as
     ``toolace2`` whose groups must then agree on the budget); None when the recipe has none."""
-    from seal_verl.backbones import spec
+    from seal_verl.models.backbones import spec
 
     folder = _recipe_file("backbone")
     exact = os.path.join(folder, f"{backbone}.yaml")

@@ -25,7 +25,7 @@ def diagnose(args: argparse.Namespace) -> int:
     from ..environment.tasks import load_tasks
     from .result_files import ReadProblem, count_lines, expand_paths, read_entries
 
-    from seal_verl.report import format_table, plot, summarise
+    from seal_verl.runs.labels import format_table, plot, summarise
 
     if args.out:
         check_output_file(args.out, args.force, "--out")

@@ -42,7 +42,7 @@ class EvalSummary:
 
 def score(cfg: EvalConfig, tasks: list[BFCLTask], store: ResultStore, fmt: str) -> EvalSummary:
     """Judge every selected task's written result; write ``labels.jsonl`` and ``scores.json``."""
-    from seal_verl.report import summarise
+    from seal_verl.runs.labels import summarise
 
     from ..environment.judge import judge_result
 
@@ -87,6 +87,6 @@ def _bfcl_version() -> str | None:
 
 
 def format_scores(summary: EvalSummary) -> str:
-    from seal_verl.report import format_table, summarise
+    from seal_verl.runs.labels import format_table, summarise
 
     return format_table(summarise(summary.rows))

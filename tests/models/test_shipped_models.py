@@ -1,0 +1,91 @@
+"""The warm-started models that ship with the project: intact, loadable, and named with what rebuilds them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from _paths import REPO
+
+from seal_verl.models import shipped as sm
+SHIPPED = [os.path.join(REPO, "recipes", "bfcl_v3", "cpu", "model"), os.path.join(REPO, "recipes", "ledger_cpu", "model")]
+PRESENT = [p for p in SHIPPED if os.path.isdir(p)]
+
+
+def test_the_bfcl_warm_start_ships():
+    assert os.path.isfile(os.path.join(SHIPPED[0], sm.BUILD_FILE))
+
+
+@pytest.mark.parametrize("folder", PRESENT, ids=[os.path.relpath(p, REPO) for p in PRESENT])
+def test_shipped_model_is_intact_and_loads(folder):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    build = sm.verify(folder)
+    assert build["command"] == "make ship-warm-starts"
+    with open(os.path.join(REPO, "Makefile"), encoding="utf-8") as fh:
+        assert "\nship-warm-starts:" in fh.read()
+    assert build["built_by"]["commit"] and build["built_by"]["torch"]
+    assert build["warm_start"]["fingerprint"]
+    for name in os.listdir(folder):  # no path of the machine that built it
+        with open(os.path.join(folder, name), "rb") as fh:
+            data = fh.read()
+        assert b"/work/" not in data and b"/tmp/" not in data and b"/root/" not in data, name
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    tok = AutoTokenizer.from_pretrained(folder)
+    ids = tok.apply_chat_template([{"role": "user", "content": "hello"}], add_generation_prompt=True)
+    ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+    out = model(input_ids=__import__("torch").tensor([list(ids)]))
+    assert out.logits.shape[-1] == model.config.vocab_size
+    assert sum(p.numel() for p in model.parameters()) < 2_000_000  # the tiny model, a few MB on disk
+
+
+def test_verify_names_a_changed_or_missing_file(tmp_path):
+    src = PRESENT[0]
+    copy = tmp_path / "model"
+    shutil.copytree(src, copy)
+    data = bytearray((copy / "model.safetensors").read_bytes())
+    data[-1] ^= 0xFF
+    (copy / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(sm.ShippedModelError, match="model.safetensors differs .*make ship-warm-starts"):
+        sm.verify(str(copy))
+    (copy / "model.safetensors").unlink()
+    with pytest.raises(sm.ShippedModelError, match="missing"):
+        sm.verify(str(copy))
+    with pytest.raises(sm.ShippedModelError, match="not a shipped model"):
+        sm.verify(str(tmp_path))
+    r = subprocess.run([sys.executable, "-m", "seal_verl.models.shipped", "verify", str(copy)], capture_output=True,
+                       text=True)
+    assert r.returncode == 1 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+
+
+def test_use_copies_once_and_never_writes_the_shipped_folder(tmp_path):
+    src = PRESENT[0]
+    before = {n: os.path.getmtime(os.path.join(src, n)) for n in os.listdir(src)}
+    dest = str(tmp_path / "cache" / "warm")
+    os.makedirs(os.path.dirname(dest))
+    assert sm.use(src, dest) == os.path.abspath(dest)
+    stamp = os.path.getmtime(os.path.join(dest, "model.safetensors"))
+    sm.use(src, dest)  # the same files: nothing copied again
+    assert os.path.getmtime(os.path.join(dest, "model.safetensors")) == stamp
+    with open(os.path.join(dest, "config.json"), "a") as fh:  # a changed copy is replaced
+        fh.write(" ")
+    sm.use(src, dest)
+    sm.verify(dest)
+    assert before == {n: os.path.getmtime(os.path.join(src, n)) for n in os.listdir(src)}
+
+
+def test_ship_records_identity_without_machine_paths(tmp_path):
+    src = tmp_path / "built"
+    shutil.copytree(PRESENT[0], src)
+    record = json.loads((src / "warm_start.json").read_text())
+    record["out"] = str(tmp_path / "somewhere" / "tiny-warm")
+    (src / "warm_start.json").write_text(json.dumps(record))
+    build = sm.ship(str(src), str(tmp_path / "shipped"), "make ship-warm-starts", repo=REPO)
+    assert set(build["files"]) >= {"model.safetensors", "config.json", "warm_start.json"}
+    assert json.loads((tmp_path / "shipped" / "warm_start.json").read_text())["out"] == "tiny-warm"
+    assert sm.verify(str(tmp_path / "shipped")) == build

@@ -1,0 +1,55 @@
+"""Layers, read from the imports (ast, also imports inside functions): the environments do not import the verl
+glue, the tiny-model builders do not import each other, and the recipe tools use no private helper of the package."""
+
+from __future__ import annotations
+
+import ast
+import os
+
+import env_wrappers
+import seal_verl
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(seal_verl.__file__)))
+
+
+def _imports(path: str) -> list[tuple[str, list[str], int]]:
+    """(module, imported names, line) of every absolute import in ``path``."""
+    with open(path, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read(), path)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, [], node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append((node.module, [a.name for a in node.names], node.lineno))
+    return out
+
+
+def _py_files(folder: str):
+    for root, _dirs, files in os.walk(folder):
+        for f in files:
+            if f.endswith(".py"):
+                yield os.path.join(root, f)
+
+
+def test_environments_do_not_import_the_verl_glue():
+    bad = [f"{os.path.relpath(p, ROOT)}:{line}"
+           for p in _py_files(os.path.dirname(os.path.abspath(env_wrappers.__file__)))
+           for module, _names, line in _imports(p) if module.startswith("seal_verl.verl_glue")]
+    assert bad == []
+
+
+def test_tiny_model_builders_do_not_import_each_other():
+    tiny_model = os.path.join(ROOT, "seal_verl", "models", "tiny_model.py")
+    backbone_tiny = os.path.join(ROOT, "seal_verl", "models", "backbones", "tiny.py")
+    one_way = any(m.startswith("seal_verl.models.backbones") for m, _n, _l in _imports(tiny_model))
+    other_way = any(m == "seal_verl.models.tiny_model" for m, _n, _l in _imports(backbone_tiny))
+    assert not (one_way and other_way), "seal_verl/models/tiny_model.py and seal_verl/models/backbones/tiny.py import each other"
+
+
+def test_recipes_use_no_private_helper_of_the_package():
+    bad = [f"{os.path.relpath(p, ROOT)}:{line} {module}.{name}"
+           for p in _py_files(os.path.join(ROOT, "recipes"))
+           for module, names, line in _imports(p) if module.split(".")[0] == "seal_verl"
+           for name in names if name.startswith("_")]
+    assert bad == []
