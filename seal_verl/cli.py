@@ -4,7 +4,7 @@
     seal-verl demo-results OUT.jsonl [--force] # writes a demo result file with every failure kind
     seal-verl prepare-data --out DIR [--call-format json|python] [--split-file SPLIT.json] [--force]
     seal-verl dry-run [--env bfcl] [--out runs/dry] [--steps 6] [--tasks-per-step 4] [--rollouts 4] [--preset paper]
-    seal-verl eval --base-url URL --model NAME --out DIR [--split eval] [--mode fc|prompt] ...
+    seal-verl eval --base-url URL --model NAME --out DIR [--split eval] [--mode fc|prompt] [--samples N] [--seeds S...]
     seal-verl report RUN_DIR... [--out report] [--names NAME...]
     seal-verl check RUN_DIR [--steps N] [--resumed-from PARENT] [--require-moving-weights] [--min-nonzero X]
     seal-verl bfcl-ids [--split eval | --ids ID...] [--out FILE]  # restricts `bfcl generate --run-ids`
@@ -113,6 +113,12 @@ def _add_eval_parser(sub) -> None:
     ev.add_argument("--concurrency", type=int, default=4, help="tasks in flight at once")
     ev.add_argument("--temperature", type=float, default=0.0)
     ev.add_argument("--max-tokens", type=int, default=None, help="max_tokens per request (default: the server's)")
+    ev.add_argument("--samples", type=_int_at_least(1), default=1,
+                    help="samples per task (default 1, BFCL's protocol); above 1, with --temperature > 0, each is a "
+                         "repetition in OUT/rep_*/ and OUT/spread.json has the mean and spread")
+    ev.add_argument("--seeds", type=_int_at_least(0), nargs="+", default=None, metavar="SEED",
+                    help="one seeded repetition per seed (every request carries it), --samples per seed; the "
+                         "spread as with --samples")
     ev.add_argument("--api-key", default=None, help="bearer token (default: $OPENAI_API_KEY, if set)")
     ev.add_argument("--timeout", type=float, default=600.0,
                     help="seconds one request may take in all (connect, headers and body), > 0")

@@ -123,6 +123,7 @@ def eval_command(args: argparse.Namespace) -> int:
 def _eval_command(args: argparse.Namespace) -> int:
     try:
         from .config import EvalConfig, EvalError
+        from .repeats import is_repeated, protocol_line
         from .runner import run_eval
         from .scoring import format_scores
 
@@ -133,6 +134,9 @@ def _eval_command(args: argparse.Namespace) -> int:
             max_tokens=args.max_tokens, api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
             timeout_s=args.timeout, retries=args.retries, progress=not args.no_progress,
         )
+        samples, seeds = getattr(args, "samples", 1), getattr(args, "seeds", None)
+        if is_repeated(samples, seeds):
+            return _eval_repeats(cfg, samples, seeds)
         try:
             summary = run_eval(cfg)
         except EvalError as exc:
@@ -141,6 +145,7 @@ def _eval_command(args: argparse.Namespace) -> int:
         if summary.interrupted:
             _ignore_further_ctrl_c()
         print(format_scores(summary))
+        print(protocol_line(cfg))
         print(f"results for {summary.n_written} of {summary.n_requested} task(s), labels.jsonl and scores.json "
               f"written to {args.out}"
               + (f" ({summary.n_errors} task(s) failed at the server: inference errors)" if summary.n_errors else ""))
@@ -156,6 +161,30 @@ def _eval_command(args: argparse.Namespace) -> int:
         _ignore_further_ctrl_c()
         print("interrupted: finished tasks are saved; re-run the same command to continue", file=sys.stderr)
         return 130
+
+
+def _eval_repeats(cfg, samples: int, seeds) -> int:
+    """``--samples`` / ``--seeds``: the repetitions, then their spread (exit status as one evaluation's)."""
+    from .config import EvalError
+    from .repeats import SPREAD_FILE, format_spread, run_repeats
+
+    try:
+        result = run_repeats(cfg, samples, seeds, log=lambda line: print(line, file=sys.stderr))
+    except EvalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if result.interrupted:
+        _ignore_further_ctrl_c()
+    print(format_spread(result))
+    print(f"{len(result.runs)} repetition(s) in {cfg.out}; the spread in {os.path.join(cfg.out, SPREAD_FILE)}")
+    if result.interrupted:
+        return 130
+    if result.missing:
+        shown = ", ".join(f"{rep}:{tid}" for rep, tid in result.missing[:5])
+        print(f"error: {len(result.missing)} requested task(s) missing from the results ({shown}); re-run the same "
+              "command to complete them", file=sys.stderr)
+        return 3
+    return 0
 
 
 def _interrupt_once():

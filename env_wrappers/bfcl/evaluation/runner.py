@@ -138,6 +138,8 @@ def run_task(client: ChatClient, task: BFCLTask, cfg: EvalConfig, stop: threadin
         payload: dict[str, Any] = {"model": cfg.model, "messages": messages, "temperature": cfg.temperature}
         if cfg.max_tokens:
             payload["max_tokens"] = cfg.max_tokens
+        if cfg.seed is not None:
+            payload["seed"] = cfg.seed
         if tools:
             payload["tools"] = tools
         answer = client.chat(payload)
@@ -260,7 +262,7 @@ def _check_config(cfg: EvalConfig, fmt: str) -> None:
                 old = json.load(f)
         except (OSError, ValueError) as exc:
             raise EvalError(f"{path}: unreadable ({exc}); remove it or choose another --out") from None
-        for key, new in (("model", cfg.model), ("call_format", fmt)):
+        for key, new in (("model", cfg.model), ("call_format", fmt), ("seed", cfg.seed)):
             if old.get(key) != new:
                 raise EvalError(f"{path}: field {key!r} is {old.get(key)!r} but this run uses {new!r}; "
                                 "choose another --out to compare settings")
