@@ -203,7 +203,7 @@ backbone-sources:
 	$(PIP) install -q -r requirements-backbone-checks.txt
 
 test-backbones: venv
-	SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q tests/models/test_backbone_tokenizers.py tests/models/test_bfcl_prompt_equality.py tests/recipes/test_backbone_budgets.py
+	SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q tests/models/test_backbone_tokenizers.py tests/models/test_qwen3_backbone.py tests/models/test_bfcl_prompt_equality.py tests/recipes/test_backbone_budgets.py
 
 # One real main_ppo step per GPU backbone on its real tokenizer (tiny random models; 6 min each on a 2-core machine with
 # native bf16, past 28 min for ToolACE-2 on one without, before the CPU overlay computed in fp32). Not in CI.

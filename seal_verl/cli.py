@@ -278,7 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
     # ---- preflight (before a long GPU job) -------------------------------------------------------------
     pf = sub.add_parser("preflight", help="check versions, GPUs, attention backend, tokenizer + chat template, "
                         "prompt budget and data before a long GPU run")
-    pf.add_argument("--backbone", required=True, help="qwen2.5-3b | qwen2.5-7b | toolace2-8b (or qwen2.5 | toolace2)")
+    pf.add_argument("--backbone", required=True,
+                    help="qwen2.5-3b | qwen2.5-7b | qwen3-4b | qwen3-8b | toolace2-8b (or qwen2.5 | qwen3 | toolace2)")
     pf.add_argument("--model", required=True, help="the model path the run uses (its tokenizer and chat template)")
     pf.add_argument("--data-dir", default=None, help="folder with train.parquet / eval.parquet from prepare-data")
     pf.add_argument("--max-prompt-length", type=int, default=None,

