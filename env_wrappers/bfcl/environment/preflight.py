@@ -222,16 +222,12 @@ def check_backbone_facts(tokenizer, model: str, backbone: str, reference=None,
     released = _released_model(backbone) or s.models[-1]
     problems = []
     facts = dict(s.config_facts.get(released, {}), vocab_size=s.vocab_size.get(released))
-    config_path = os.path.join(model, "config.json")
-    if os.path.isfile(config_path):
-        import json
-
-        with open(config_path, encoding="utf-8") as f:
-            config = json.load(f)
+    config = _model_config(model)
+    if config is None:
+        problems.append(f"no readable config.json for {model} (give --model the downloaded checkpoint folder)")
+    else:
         problems += [f"config.json {k}={config.get(k)!r}, {released} has {v!r}" for k, v in facts.items()
                      if v is not None and config.get(k) != v]
-    else:
-        problems.append(f"no {config_path} (give --model the downloaded checkpoint folder)")
     problems += [f"token {text!r} has id {tokenizer.convert_tokens_to_ids(text)}, {released} has {tid}"
                  for tid, text, _ in s.added if tokenizer.convert_tokens_to_ids(text) != tid]
     if reference is None:
@@ -256,6 +252,22 @@ def check_backbone_facts(tokenizer, model: str, backbone: str, reference=None,
                      if len(problems) > 3 else ""), f"--model is not {released} as released: use its files")
     return Check("backbone facts", "ok", f"{released}: config facts, {len(s.added)} added-token ids and "
                  f"{len(tasks)} rendered and encoded prompts equal the recipe's")
+
+
+def _model_config(model: str) -> Optional[dict]:
+    """``model``'s config.json as saved (a local folder, or a hub id transformers can resolve), None if unreadable."""
+    import json
+
+    path = os.path.join(model, "config.json")
+    try:
+        if not os.path.isfile(path):
+            from huggingface_hub import hf_hub_download
+
+            path = hf_hub_download(model, "config.json")
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except Exception:  # noqa: BLE001 - any failure to find or read it is reported as one problem
+        return None
 
 
 def _released_model(backbone: str) -> Optional[str]:
