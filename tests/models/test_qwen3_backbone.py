@@ -188,3 +188,15 @@ def test_preflight_fails_on_other_facts_template_or_tokens(tmp_path):
     c = check_backbone_facts(tokenizer("qwen3"), _released_copy(tmp_path, "4b", "Qwen/Qwen3-4B"), "qwen3-8b",
                              reference=tokenizer("qwen3"))
     assert c.status == "fail" and "tie_word_embeddings=True" in c.detail
+
+
+def test_preflight_measures_prompts_as_the_recipe_renders_them():
+    """The prompt budget check renders with the recipe's chat-template arguments: Qwen3's first prompts carry the
+    empty thinking block (the stored lengths were measured so, and verl's loop builds them so)."""
+    from env_wrappers.bfcl.environment.preflight import prompt_lengths
+
+    with open(os.path.join(REPO, "recipes", "bfcl_v3", "lengths", "qwen3.json")) as f:
+        stored = json.load(f)
+    ids = ["multi_turn_base_0", "multi_turn_long_context_0"]
+    got = prompt_lengths(tokenizer("qwen3"), "qwen3-8b", ids, progress=False)
+    assert got == {t: stored["tasks"][t][stored["columns"].index("prompt")] for t in ids}
