@@ -227,7 +227,7 @@ test-backbones: venv
 
 # One real main_ppo step per GPU backbone on its real tokenizer (tiny random models; 6 min each on a 2-core machine with
 # native bf16, past 28 min for ToolACE-2 on one without, before the CPU overlay computed in fp32). Not in CI.
-# BACKBONE=<recipe group> runs that backbone's step only (qwen2.5-3b, toolace2-8b).
+# BACKBONE=<recipe group> runs that backbone's step only (qwen2.5-3b, qwen3-8b, toolace2-8b).
 .PHONY: test-cpu-training-backbones
 test-cpu-training-backbones: venv cpu-env
 	SEAL_CPU_TRAINING=1 SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q tests/cpu_training/test_cpu_training_backbones.py $(if $(BACKBONE),-k "$(BACKBONE)")
