@@ -71,10 +71,18 @@ def server_command(model: str, port: int, max_model_len: Optional[int], backbone
 def _template_kwargs(backbone: Optional[str]) -> dict:
     from .backbones import spec
 
+    return dict(spec(backbone).chat_template_kwargs) if _family(backbone) else {}
+
+
+def _family(backbone: Optional[str]) -> Optional[str]:
+    """The tokenizer family of a recipe backbone group (``qwen3-8b`` -> ``qwen3``); None for another model (the CPU
+    runs' tiny model, whose template renders as Qwen2.5's)."""
+    from .backbones import spec
+
     try:
-        return dict(spec(backbone).chat_template_kwargs) if backbone else {}
-    except ValueError:  # a backbone of no GPU group (the CPU runs' tiny model): the template's defaults
-        return {}
+        return spec(backbone).name if backbone else None
+    except ValueError:
+        return None
 
 
 def _on_cpu() -> bool:
@@ -122,12 +130,16 @@ def _stop_group(proc: subprocess.Popen) -> None:
 
 
 def eval_command(url: str, out: str, ids: list, mode: str, call_format: Optional[str], max_tokens: Optional[int],
-                 python: str = sys.executable) -> list[str]:
-    """``seal-verl eval`` on the run's held-out tasks (greedy, one sample, no interface)."""
+                 backbone: Optional[str] = None, python: str = sys.executable) -> list[str]:
+    """``seal-verl eval`` on the run's held-out tasks (greedy, one sample, no interface); in prompt mode with the
+    run's call format and, for a recipe backbone, its tokenizer family (Qwen3 renders no Qwen2.5 system line)."""
     cmd = [python, "-m", "seal_verl.cli", "eval", "--base-url", url, "--model", SERVED_NAME, "--out", out,
            "--mode", mode, "--no-progress"]
     if mode == "prompt":
         cmd += ["--call-format", call_format or "json"]
+        family = _family(backbone)
+        if family:
+            cmd += ["--backbone", family]
     if max_tokens:
         cmd += ["--max-tokens", str(max_tokens)]
     return cmd + (["--ids", *ids] if ids else ["--split", "eval"])
@@ -178,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         _say(f"serving {SERVED_NAME} at {url} after {time.time() - t0:.0f} s")
         max_tokens = args.max_tokens if args.max_tokens is not None else record.get("max_tokens_per_step")
         ev = eval_command(url, eval_out, record.get("heldout_ids") or [], args.mode, record.get("call_format"),
-                          max_tokens)
+                          max_tokens, record.get("backbone"))
         _say(f"3/3 evaluate: {' '.join(ev)}")
         rc = subprocess.call(ev)
         if args.keep_server and rc == 0:

@@ -187,3 +187,14 @@ def test_the_server_renders_with_the_recipes_chat_template_arguments():
     assert qwen3[-2:] == ["--tensor-parallel-size", "2"] and qwen3[qwen3.index("--max-model-len") + 1] == "16384"
     for backbone in ("qwen2.5-7b", "toolace2-8b", "tiny-qwen2-cpu", None):
         assert "--default-chat-template-kwargs" not in server_command("/m", 8000, None, backbone)
+
+
+def test_the_evaluation_renders_prompts_for_the_runs_backbone():
+    from seal_verl.models.export_eval import eval_command
+
+    qwen3 = eval_command("http://h/v1", "/o", ["multi_turn_base_0"], "prompt", "json", None, "qwen3-8b")
+    assert qwen3[qwen3.index("--backbone") + 1] == "qwen3" and qwen3[qwen3.index("--call-format") + 1] == "json"
+    toolace = eval_command("http://h/v1", "/o", [], "prompt", "python", 64, "toolace2-8b")
+    assert toolace[toolace.index("--backbone") + 1] == "toolace2" and toolace[-2:] == ["--split", "eval"]
+    assert "--backbone" not in eval_command("http://h/v1", "/o", [], "prompt", "json", None, "tiny-qwen2-cpu")
+    assert "--call-format" not in eval_command("http://h/v1", "/o", [], "fc", "json", None, "qwen3-8b")
