@@ -53,3 +53,25 @@ def test_recipes_use_no_private_helper_of_the_package():
            for module, names, line in _imports(p) if module.split(".")[0] == "seal_verl"
            for name in names if name.startswith("_")]
     assert bad == []
+
+
+def _importers_of(folder: str, prefix: str) -> list[str]:
+    """``file:line module`` of every import under ``folder`` (relative to the repository) of ``prefix`` or below."""
+    return [f"{os.path.relpath(p, ROOT)}:{line} {module}" for p in _py_files(os.path.join(ROOT, folder))
+            for module, names, line in _imports(p)
+            if module == prefix or module.startswith(prefix + ".")
+            or (module == prefix.rpartition(".")[0] and prefix.rpartition(".")[2] in names)]
+
+
+def test_the_warm_start_and_the_recipes_do_not_use_the_dry_run_as_a_toolbox():
+    """The rows, verl set-up and scripted assistant they share live in ``seal_verl.rollouts``; the dry run is one
+    of their users, not their home."""
+    assert _importers_of(os.path.join("seal_verl", "models", "warm_start"), "seal_verl.dry_run") == []
+    assert _importers_of("recipes", "seal_verl.dry_run") == []
+
+
+def test_the_rollout_toolbox_imports_neither_the_dry_run_nor_verl():
+    """verl is reached through the glue (``seal_verl.verl_glue.in_process``), as everywhere outside it."""
+    folder = os.path.join("seal_verl", "rollouts")
+    assert _importers_of(folder, "seal_verl.dry_run") == []
+    assert _importers_of(folder, "verl") == []
