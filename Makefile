@@ -129,8 +129,11 @@ warm-starts: cpu-env
 	REBUILD=1 PREPARE_ONLY=1 OUT=runs/ledger/prepare bash recipes/ledger_cpu/run_ledger.sh
 
 # Rebuild both warm starts and ship them: copy each into its recipe's model/ folder with build.json (the SHA-256 of
-# every file, this command, the git commit and library versions that built it). Commit the two folders after.
-ship-warm-starts: warm-starts
+# every file, this command, the git commit and library versions that built it). Commit the two folders after. A
+# checkout with uncommitted changes is refused before the build starts: the commit must name the code that built it.
+ship-warm-starts: cpu-env
+	.venv-cpu-train/bin/python -m seal_verl.models.shipped clean-tree
+	$(MAKE) warm-starts
 	.venv-cpu-train/bin/python -m seal_verl.models.shipped ship runs/cpu/models/tiny-warm recipes/bfcl_v3/cpu/model \
 	  --command "make ship-warm-starts" \
 	  --note "BFCL CPU split (recipes/bfcl_v3/cpu/split_cpu.json): tiny-random-ctx8192 fine-tuned on the training tasks' ground-truth trajectories (seal_verl.models.warm_start.bfcl_cpu)"
@@ -225,8 +228,8 @@ backbone-sources:
 test-backbones: venv
 	SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q tests/models/test_backbone_tokenizers.py tests/models/test_qwen3_backbone.py tests/models/test_bfcl_prompt_equality.py tests/recipes/test_backbone_budgets.py
 
-# One real main_ppo step per GPU backbone on its real tokenizer (tiny random models; 6 min each on a 2-core machine with
-# native bf16, past 28 min for ToolACE-2 on one without, before the CPU overlay computed in fp32). Not in CI.
+# One real main_ppo step per GPU backbone on its real tokenizer (tiny random models, but the backbones' full
+# vocabularies: minutes per step on 2 cores). Not in CI.
 # BACKBONE=<recipe group> runs that backbone's step only (qwen2.5-3b, qwen3-8b, toolace2-8b).
 .PHONY: test-cpu-training-backbones
 test-cpu-training-backbones: venv cpu-env

@@ -1,12 +1,13 @@
 """BFCL V3 multi-turn as a SEAL environment, on bfcl-eval's real backends, in three rooms:
 
 - ``environment``: tasks, calls, backends, the episode, prompts, data preparation, the verifier and the judge
-  (the registry's ``bfcl`` is ``environment.environment:BFCLEnvironment``);
+  (``environment.environment:BFCLEnvironment``), and its subcommands that prepare a run;
 - ``sandbox``: the worker processes the model's calls run in (worker, pool, client, memory probes, faults);
 - ``evaluation``: ``seal-verl eval`` (client, result files, runner, scoring) and the result-file subcommands.
 
-The sandbox imports only the environment's backends; the environment's episode and judge import the sandbox;
-the evaluation imports both. None of them imports the command line (``seal_verl.cli``).
+The evaluation builds on the environment and the sandbox; the environment imports nothing of the evaluation.
+``registered`` joins them: the registry's ``bfcl`` is its ``BFCL``, the environment serving the subcommands of
+both rooms. None of them imports the command line (``seal_verl.cli``).
 
 bfcl-eval writes result and score folders under ``BFCL_PROJECT_ROOT`` at import time and falls back to its
 own site-packages folder when the variable is unset. Importing this package points it at a per-user cache

@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     p.add_argument("--models-dir", default=DEFAULT_MODELS)
     p.add_argument("--model", default=None, help="use this model folder as it is (no warm start)")
     args = p.parse_args(argv)
-    from seal_verl import dry_run as dr
+    from seal_verl import rollouts
     from seal_verl.models.warm_start import ledger_stages
     from seal_verl.models.warm_start.ledger import ENV
 
@@ -39,10 +39,10 @@ def main(argv=None) -> int:
         model = os.path.abspath(args.model)
     else:
         model = ledger_stages.build_stages(args.models_dir)["out"]
-    env = dr.environment(ENV)
-    dr.write_parquet(dr.dataset_rows(env.task_ids("train"), "seal_env", "train", "json", env=ENV),
+    env = rollouts.environment(ENV)
+    rollouts.write_parquet(rollouts.dataset_rows(env.task_ids("train"), "seal_env", "train", "json", env=ENV),
                      os.path.join(data, "train.parquet"))
-    dr.write_parquet(dr.dataset_rows(env.task_ids("eval"), "env", "eval", "json", env=ENV),
+    rollouts.write_parquet(rollouts.dataset_rows(env.task_ids("eval"), "env", "eval", "json", env=ENV),
                      os.path.join(data, "eval.parquet"))
     with open(os.path.join(run_dir, "prepare.json"), "w") as f:
         json.dump({"model": model, "env": ENV}, f, indent=1)

@@ -11,13 +11,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from .console import format_row, header_line, quiet_libraries
-from .environments import DEFAULT_ENV, environment, loop_names
-from .plans import PlanBook, draw_plans, mix_at
-from .scripted_llm import ScriptedLLM
+from .console import format_row, header_line
+from seal_verl.rollouts.environments import DEFAULT_ENV, environment, loop_names
+from seal_verl.rollouts.plans import PlanBook, draw_plans, mix_at
+from seal_verl.rollouts.scripted_llm import ScriptedLLM
 from seal_verl.verl_glue.probe import CueEffectProbe
-from .verl_setup import (dataset_rows, hint_flags, load_batch, make_worker, reward_fn_path, tiny_model, verl_config,
-                         write_agent_loop_yaml, write_parquet)
+from seal_verl.rollouts.setup import (dataset_rows, hint_flags, load_batch, make_worker, quiet_libraries, reward_fn_path,
+                                      tiny_model, verl_config, write_agent_loop_yaml, write_parquet)
 
 
 @dataclass

@@ -27,7 +27,7 @@ import json
 import os
 import sys
 
-from seal_verl.models.backbones.seeded import seeded_init  # noqa: F401 - also importable from here, as before
+from seal_verl.models.backbones.seeded import seeded_init
 
 # Qwen2.5's layout of the special tokens (ids follow the learned vocabulary here, not Qwen's numbering).
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")

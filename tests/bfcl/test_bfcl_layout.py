@@ -3,7 +3,9 @@ sandbox whose failures are told apart by type, not by the text of a message.
 
 - the environment (tasks, calls, backends, the episode, prompts, data preparation, the verifier, the judge),
   the sandbox (worker, pool, client, memory probes, fault injection) and the evaluation (client, result
-  files, runner, scoring) are subpackages, and no module sits loose beside them;
+  files, runner, scoring) are subpackages, and no module sits loose beside them but ``registered`` (the
+  registry's ``bfcl``, which joins the environment with the evaluation's subcommands);
+- the environment room imports nothing of the evaluation room, which builds on it;
 - no module under ``env_wrappers/`` imports ``seal_verl.cli`` or a sibling of it (``seal_verl.cli_*``): an
   environment's subcommands share only ``seal_verl.usage`` with the command line;
 - the modules of ``env_wrappers.bfcl`` import each other without a cycle (every import counts, also one
@@ -31,6 +33,8 @@ ROOMS = {
     "sandbox": {"worker", "pool", "client", "memory", "faults"},
     "evaluation": {"openai_http", "result_files", "runner", "scoring", "commands"},
 }
+#: The one module beside the rooms: the environment as registered, serving the subcommands of both rooms.
+JOINING = {"registered.py"}
 #: Strings that named a kind of worker failure where a typed exception should: the marker the judge side once
 #: returned for an overrunning call, and the message of a reply that did not come in time.
 FAILURE_MARKERS = {"timeout", "no reply in time"}
@@ -148,7 +152,7 @@ def layout_problems(root: Path = ROOT) -> list[str]:
             continue
         have = {p.stem for p in folder.glob("*.py")}
         problems += [f"{PACKAGE}.{room} has no module {m}" for m in sorted(expected - have)]
-    loose = sorted(p.name for p in base.glob("*.py") if p.name != "__init__.py")
+    loose = sorted(p.name for p in base.glob("*.py") if p.name != "__init__.py" and p.name not in JOINING)
     problems += [f"{PACKAGE} has a module outside the rooms: {name}" for name in loose]
     return problems
 
@@ -242,6 +246,20 @@ def test_the_sandbox_does_not_import_the_verifier_or_the_judge():
     assert not any(m.startswith(f"{PACKAGE}.evaluation") for m in reached), sorted(reached)
 
 
+def room_imports(source: str, target: str, root: Path = ROOT) -> list[str]:
+    """``module -> imported`` for every import of a module of room ``target`` by a module of room ``source``."""
+    graph = import_graph(root)
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() if m.startswith(f"{PACKAGE}.{source}")
+                  for t in targets if t.startswith(f"{PACKAGE}.{target}"))
+
+
+def test_the_environment_room_does_not_import_the_evaluation():
+    """The evaluation builds on the environment; the environment's subcommands list reaches the evaluation's only
+    through the joining module above both rooms (``registered``)."""
+    assert room_imports("evaluation", "environment"), "the evaluation should build on the environment"
+    assert room_imports("environment", "evaluation") == []
+
+
 def test_worker_failures_are_told_apart_by_type_not_by_message_text():
     assert message_matches() == []
     judge_side = ROOT.joinpath(*PACKAGE.split("."), "environment", "isolated_verify.py")
@@ -261,7 +279,10 @@ def test_the_checks_find_what_they_look_for(tmp_path):
     for folder in (tmp_path / "env_wrappers", pkg):
         (folder / "__init__.py").write_text("")
     assert layout_problems(tmp_path) == [] and cli_imports(tmp_path) == [] and message_matches(tmp_path) == []
+    assert room_imports("environment", "evaluation", tmp_path) == []
     (pkg / "loose.py").write_text("")
+    (pkg / "registered.py").write_text("")
+    (pkg / "environment" / "environment.py").write_text("def commands():\n    from ..evaluation import commands\n")
     (pkg / "sandbox" / "worker.py").write_text(
         "from ..environment import verifier\n"
         "def f(detail):\n    return detail.startswith('worker process ended')\n"
@@ -270,6 +291,9 @@ def test_the_checks_find_what_they_look_for(tmp_path):
         "def h():\n    from ..sandbox.worker import f\n    from seal_verl import cli_checks\n")
     (pkg / "evaluation" / "runner.py").write_text("def k(x):\n    return x == 'timeout'\n")
     assert layout_problems(tmp_path) == [f"{PACKAGE} has a module outside the rooms: loose.py"]
+    assert room_imports("environment", "evaluation", tmp_path) == [
+        f"{PACKAGE}.environment.environment -> {PACKAGE}.evaluation",
+        f"{PACKAGE}.environment.environment -> {PACKAGE}.evaluation.commands"]
     assert cli_imports(tmp_path) == [f"{PACKAGE}.environment.verifier -> seal_verl.cli_checks"]
     assert cycles(import_graph(tmp_path)) == [[f"{PACKAGE}.environment.verifier", f"{PACKAGE}.sandbox.worker"]]
     assert sorted(message_matches(tmp_path)) == [f"{PACKAGE}.evaluation.runner:2", f"{PACKAGE}.sandbox.worker:3"]
@@ -282,4 +306,5 @@ if __name__ == "__main__":  # a report for another checkout: python tests/bfcl/t
     print("layout:", layout_problems(where) or "ok")
     print("imports of the command line:", cli_imports(where) or "none")
     print("import cycles:", cycles(import_graph(where)) or "none")
+    print("environment -> evaluation:", room_imports("environment", "evaluation", where) or "none")
     print("failures told by message:", message_matches(where) or "none")

@@ -153,12 +153,12 @@ def _compose_ledger(*overrides: str):
 
 def test_the_ledger_overlay_composes_with_the_sweeps_choice_and_the_recipes_cues():
     """``+learn=ledger`` on the recipe and the CPU overlay: a valid run config whose learning rate, group size and
-    near-miss credit are the ones docs/benchmarks.md says the sweep chose, with the recipe's start-of-task cues on."""
+    near-miss credit are the ones docs/changelog.md says the sweeps chose, with the recipe's start-of-task cues on."""
     from seal_verl.verl_glue.config import check_run_config
 
     cfg = _compose_ledger("variant=seal")
     check_run_config(cfg)
-    docs = " ".join(open(os.path.join(REPO, "docs", "benchmarks.md"), encoding="utf-8").read().split())
+    docs = " ".join(open(os.path.join(REPO, "docs", "changelog.md"), encoding="utf-8").read().split())
     lr, n, near = re.search(r"The recipe's values are now lr ([0-9.e-]+), group size (\d+), near-miss credit "
                             r"([0-9.]+)", docs).groups()
     assert cfg.actor_rollout_ref.actor.optim.lr == float(lr)
@@ -187,7 +187,7 @@ def _ledger_score(task, turns, **options) -> float:
 
 
 def test_near_miss_credit_lifts_a_wrong_argument_above_never_calling():
-    """The sweep's finding (docs/benchmarks.md): under the dense reward with strict abstention, a rollout that
+    """The sweep's finding (docs/changelog.md): under the dense reward with strict abstention, a rollout that
     never calls keeps its abstention turn's credit and ties with one that calls the right tool with a wrong
     amount, so GRPO has no reason to keep calling. ``near_miss_credit`` breaks the tie, and only for
     ``argument_mismatch``: a wrong tool still earns nothing."""
@@ -285,3 +285,24 @@ def test_a_bad_reward_option_stops_the_run_at_start_up(value, message):
     with pytest.raises(SealConfigError, match=re.escape(message)) as err:
         check_run_config(cfg)
     assert "near_miss_credit" in str(err.value) and "reward_kwargs" in str(err.value)
+
+
+def test_the_stated_prompt_lengths_are_what_the_tokenizer_gives():
+    """The ledger overlay states the first prompt's length and what the start-of-task cue blocks add to it; both
+    are measured (``bench.bench_cue_tokens``) with the shipped warm start's tokenizer on every training task."""
+    from transformers import AutoTokenizer
+
+    from bench.bench_cue_tokens import first_prompt_tokens
+
+    with open(os.path.join(REPO, "recipes", "ledger_cpu", "config", "learn", "ledger.yaml"), encoding="utf-8") as fh:
+        text = " ".join(fh.read().split())
+    low, high, added = map(int, re.search(r"first prompt (\d+)-(\d+) tokens; every start-of-task cue block on adds "
+                                          r"(\d+)", text).groups())
+    tokenizer = AutoTokenizer.from_pretrained(os.path.join(REPO, "recipes", "ledger_cpu", "model"))
+    bare, cued = [], []
+    for task_id in ENV.task_ids("train"):
+        task = ENV.load_task(task_id)
+        bare.append(first_prompt_tokens(ENV, task, tokenizer, "json", cues=False))
+        cued.append(first_prompt_tokens(ENV, task, tokenizer, "json", cues=True))
+    assert (min(bare), max(bare)) == (low, high)
+    assert {c - b for b, c in zip(bare, cued)} == {added}

@@ -54,7 +54,7 @@ def measure(target: T.Target, model: str, task_ids: list[str], samples: int = DE
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from seal_verl.core import cue_effect as ce
-    from seal_verl import dry_run as dr
+    from seal_verl import rollouts as dr
     from seal_verl.core.interface import CUE_KINDS
     from seal_verl.verl_glue.agent_loop import set_state_source
 
@@ -129,7 +129,7 @@ def cue_stage(out: str, base: str, epochs: int = DEFAULTS["epochs"], lr: float =
     """Build (or reuse) the cue-reading ledger model in ``out`` from the mixed model ``base``; returns its
     ``warm_start.json`` contents, with the cue effect measured at the new model (``cue_effect``; ``effect_samples``
     rollouts per task and condition, 0 skips it; ``tasks``: the training tasks, all of them unless named)."""
-    from seal_verl import dry_run as dr
+    from seal_verl import rollouts as dr
     from seal_verl.core.interface import CUE_KINDS
     from seal_verl.models.warm_start import ledger as L
     from seal_verl.models.warm_start import ledger_mix as M
@@ -189,8 +189,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         p.error(f"{args.model}: not a model folder (no config.json)")
     if args.samples < 1:
         p.error("--samples must be at least 1")
-    from seal_verl import dry_run as dr
-    from seal_verl.dry_run import quiet_libraries
+    from seal_verl import rollouts as dr
+    from seal_verl.rollouts import quiet_libraries
     from seal_verl.models.warm_start import ledger as L
 
     quiet_libraries()

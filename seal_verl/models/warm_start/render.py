@@ -18,7 +18,7 @@ def loop_config(target: Target, model: str, rollouts: int, loop: Optional[str] =
                 overrides: Optional[list[str]] = None):
     """verl's config for the in-process agent loop: the run's lengths, agent-loop file and sampling, ``loop`` (the
     training loop unless named) as the default loop, the environment's reward function, default SEAL settings."""
-    from seal_verl import dry_run as dr
+    from seal_verl import rollouts as dr
     s = target.settings
     return dr.verl_config(model, agent_loop_yaml=s.agent_loops, rollouts=rollouts, prompt_length=s.prompt_length,
                           response_length=s.response_length, reward_path=dr.reward_fn_path(target.env), seal={},
@@ -35,7 +35,7 @@ def agent_loop_setup(target: Target, model: str, task_ids: list[str], llm_factor
     written to ``out/warm_start_<loop>.parquet``."""
     from transformers import AutoTokenizer
 
-    from seal_verl import dry_run as dr
+    from seal_verl import rollouts as dr
     loop = loop or target.loops[0]
     config = loop_config(target, model, rollouts, loop, overrides)
     tokenizer = AutoTokenizer.from_pretrained(model)
@@ -127,7 +127,7 @@ def render_scripted(target: Target, model: str, task_ids: list[str], out: str, p
     """Rows of the scripted rollouts ``plan(task)`` -> ``Plan`` of every task, played through the training loop
     under each cue subset in ``subsets``; kept when the rollout passes or, with ``expected``
     (``{task_id: labels}``), when it carries exactly those labels. Returns ``(rows, rejected)``."""
-    from seal_verl import dry_run as dr
+    from seal_verl import rollouts as dr
     env = dr.environment(target.env)
     tasks = {t: env.load_task(t) for t in task_ids}
 
@@ -142,7 +142,7 @@ def ground_truth_rows(target: Target, model: str, task_ids: list[str], out: str,
                       subsets: Sequence[tuple[str, ...]] = ((),), hint: str = "") -> list[dict]:
     """Rows of every task's ground truth under each cue subset; raises :class:`WarmStartError` (naming the run's
     budgets, then ``hint``) when a ground-truth rollout does not pass: the model could not learn it."""
-    from seal_verl import dry_run as dr
+    from seal_verl import rollouts as dr
     book = dr.PlanBook("json", 0, env=target.env)
     rows, failed = render_scripted(target, model, task_ids, out, lambda task: book.get(task, "pass"), subsets)
     if failed:
