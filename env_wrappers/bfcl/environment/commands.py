@@ -84,7 +84,8 @@ def preflight_command(args: argparse.Namespace) -> int:
 
 
 def add_preflight_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backbone", required=True, help="qwen2.5-3b | qwen2.5-7b | toolace2-8b (or qwen2.5 | toolace2)")
+    p.add_argument("--backbone", required=True,
+                   help="qwen2.5-3b | qwen2.5-7b | qwen3-4b | qwen3-8b | toolace2-8b (or qwen2.5 | qwen3 | toolace2)")
     p.add_argument("--model", required=True, help="the model path the run uses (its tokenizer and chat template)")
     p.add_argument("--data-dir", default=None, help="folder with train.parquet / eval.parquet from prepare-data")
     p.add_argument("--max-prompt-length", type=int, default=None,

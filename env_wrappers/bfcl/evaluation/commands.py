@@ -142,6 +142,12 @@ def add_eval_arguments(ev: argparse.ArgumentParser) -> None:
     ev.add_argument("--concurrency", type=int, default=4, help="tasks in flight at once")
     ev.add_argument("--temperature", type=float, default=0.0)
     ev.add_argument("--max-tokens", type=int, default=None, help="max_tokens per request (default: the server's)")
+    ev.add_argument("--samples", type=int, default=1,
+                    help="samples per task (default 1, BFCL's protocol); above 1, with --temperature > 0, each is a "
+                         "repetition in OUT/rep_*/ and OUT/spread.json has the mean and spread")
+    ev.add_argument("--seeds", type=int, nargs="+", default=None, metavar="SEED",
+                    help="one seeded repetition per seed (every request carries it), --samples per seed; the "
+                         "spread as with --samples")
     ev.add_argument("--api-key", default=None, help="bearer token (default: $OPENAI_API_KEY, if set)")
     ev.add_argument("--timeout", type=float, default=600.0,
                     help="seconds one request may take in all (connect, headers and body), > 0")
@@ -167,6 +173,7 @@ def eval_command(args: argparse.Namespace) -> int:
 def _eval_command(args: argparse.Namespace) -> int:
     try:
         from .config import EvalConfig, EvalError
+        from .repeats import is_repeated, protocol_line
         from .runner import run_eval
         from .scoring import format_scores
 
@@ -177,6 +184,9 @@ def _eval_command(args: argparse.Namespace) -> int:
             max_tokens=args.max_tokens, api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
             timeout_s=args.timeout, retries=args.retries, progress=not args.no_progress,
         )
+        samples, seeds = getattr(args, "samples", 1), getattr(args, "seeds", None)
+        if is_repeated(samples, seeds):
+            return _eval_repeats(cfg, samples, seeds)
         try:
             summary = run_eval(cfg)
         except EvalError as exc:
@@ -185,6 +195,7 @@ def _eval_command(args: argparse.Namespace) -> int:
         if summary.interrupted:
             _ignore_further_ctrl_c()
         print(format_scores(summary))
+        print(protocol_line(cfg))
         print(f"results for {summary.n_written} of {summary.n_requested} task(s), labels.jsonl and scores.json "
               f"written to {args.out}"
               + (f" ({summary.n_errors} task(s) failed at the server: inference errors)" if summary.n_errors else ""))
@@ -200,6 +211,30 @@ def _eval_command(args: argparse.Namespace) -> int:
         _ignore_further_ctrl_c()
         print("interrupted: finished tasks are saved; re-run the same command to continue", file=sys.stderr)
         return 130
+
+
+def _eval_repeats(cfg, samples: int, seeds) -> int:
+    """``--samples`` / ``--seeds``: the repetitions, then their spread (exit status as one evaluation's)."""
+    from .config import EvalError
+    from .repeats import SPREAD_FILE, format_spread, run_repeats
+
+    try:
+        result = run_repeats(cfg, samples, seeds, log=lambda line: print(line, file=sys.stderr))
+    except EvalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if result.interrupted:
+        _ignore_further_ctrl_c()
+    print(format_spread(result))
+    print(f"{len(result.runs)} repetition(s) in {cfg.out}; the spread in {os.path.join(cfg.out, SPREAD_FILE)}")
+    if result.interrupted:
+        return 130
+    if result.missing:
+        shown = ", ".join(f"{rep}:{tid}" for rep, tid in result.missing[:5])
+        print(f"error: {len(result.missing)} requested task(s) missing from the results ({shown}); re-run the same "
+              "command to complete them", file=sys.stderr)
+        return 3
+    return 0
 
 
 def _interrupt_once():
