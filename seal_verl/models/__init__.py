@@ -1,0 +1,1 @@
+"""Models the runs train: backbones, the tiny CPU models, warm starts and the shipped copies."""
