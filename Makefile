@@ -134,9 +134,11 @@ ship-warm-starts: warm-starts
 	  --note "ledger environment: tiny-random fine-tuned in four supervised stages and the mixed stage (seal_verl.warm_start.ledger_stages)"
 
 # the cue effect of the shipped ledger warm start before any RL step (every cue kind on; 64 tasks x 8 samples per
-# condition, about 4 minutes): the probe's numbers for the model the closed loop starts from
+# condition, about 4 minutes), written to recipes/ledger_cpu/cue_effect.json: the probe's numbers for the model the
+# closed loop starts from (one torch thread: two spin-wait on a shared 2-core machine)
 cue-effect: cpu-env
-	.venv-cpu-train/bin/python -m seal_verl.warm_start.cue_reading measure recipes/ledger_cpu/model --samples 8
+	OMP_NUM_THREADS=1 .venv-cpu-train/bin/python -m seal_verl.warm_start.cue_reading measure recipes/ledger_cpu/model \
+	  --samples 8 --out recipes/ledger_cpu/cue_effect.json
 
 # the ledger learning benchmark: GRPO, SEAL, no_env_side, no_reweighting x LEARN_SEEDS (resumes finished runs);
 # the rise is measured from the warm start's training reward (recipes/ledger_cpu/cue_effect.json for the shipped
