@@ -1,0 +1,1 @@
+"""Tools that read a run folder: checks, reports, the console watcher."""
