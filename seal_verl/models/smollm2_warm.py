@@ -7,7 +7,7 @@ rank-8 LoRA adapter over the ground-truth trajectories of the ledger's training 
 loop with the ledger run's budgets and **no cue text** (every row is the bare environment's observations), so
 whatever the model does with a cue later comes from reading it.
 
-    python -m seal_verl.models.smollm2_warm build OUT --base SMOLLM2 [--steps 24] [--lr 2e-4] [--samples 4]
+    python -m seal_verl.models.smollm2_warm build OUT --base SMOLLM2 [--steps 32] [--lr 3e-4] [--samples 4]
 
 ``OUT`` gets ``adapter/`` (the peft adapter, a few MB: what ships), ``merged/`` (base + adapter in one checkpoint,
 what vLLM samples from and verl trains a fresh adapter on) and ``warm_start.json`` (the settings, a fingerprint of
@@ -32,7 +32,7 @@ ADAPTER_DIR = "adapter"
 MERGED_DIR = "merged"
 #: the adapter: rank 8 on every linear layer (q, k, v, o, gate, up, down) of the 30 layers, 4.9M parameters
 LORA = {"r": 8, "lora_alpha": 16, "target_modules": "all-linear", "lora_dropout": 0.0}
-DEFAULTS = {"steps": 24, "lr": 2e-4, "seed": 0, "samples": 4}
+DEFAULTS = {"steps": 32, "lr": 3e-4, "seed": 0, "samples": 4}
 
 
 def _digest(*parts: str) -> str:
@@ -221,6 +221,7 @@ def build(out: str, base: str, steps: int = DEFAULTS["steps"], lr: float = DEFAU
     t2 = time.time()
     record = {"fingerprint": fp, "params": params, "base": os.path.basename(os.path.abspath(base)),
               "base_sha256": file_sha256(os.path.join(base, "model.safetensors")), "env": L.ENV,
+              "merged_sha256": file_sha256(os.path.join(merged, "model.safetensors")),
               "rows": len(rows), "cue_text_in_rows": False, "losses": [round(x, 4) for x in losses],
               "trained_tokens": sum(r["trained_tokens"] for r in rows)}
     if samples:

@@ -86,6 +86,6 @@ def check_adapter_sync(run: Any, rep: Any) -> None:
         return
     problems, summary = adapter_sync_problems(run.metrics)
     faults = run.config.get("faults") or []
-    mode = f"LoRA rank {lora['rank']}, {'merged into the weights' if lora['merge'] else 'adapter'} sync"
+    mode = f"LoRA rank {lora['rank']}, {'merged before each sync' if lora['merge'] else 'adapter synced'}"
     note = f" [planted faults: {', '.join(faults)}]" if faults else ""
     rep.add("adapter", not problems, f"{mode}: " + ("; ".join(problems[:4]) or summary) + note)
