@@ -9,7 +9,6 @@ test-cpu-lora``): two runs of 3 steps, a few minutes each on 2 cores. ``SEAL_LOR
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
