@@ -160,8 +160,9 @@ ship-smollm2-warm-start: smollm2-warm-start
 
 # the premise before any RL step on the shipped SmolLM2 warm start: the cue effect on training and held-out tasks,
 # whole interface and each kind, sampled through vLLM, every rollout's record in the shipped JSON
+PREMISE_SAMPLES ?= 2
 premise-effect: smollm2
-	OMP_NUM_THREADS=1 .venv-cpu-train/bin/python -m bench.bench_premise --measure-premise
+	OMP_NUM_THREADS=1 .venv-cpu-train/bin/python -m bench.bench_premise --measure-premise --samples $(PREMISE_SAMPLES)
 
 # GRPO and SEAL (then no_env_side) from the SmolLM2 warm start with LoRA, PREMISE_SEEDS x PREMISE_STEPS (hours:
 # resumable, a finished run is reused; progress in runs/bench_premise/progress.json)

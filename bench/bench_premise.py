@@ -74,7 +74,8 @@ def premise(path: str = PREMISE) -> Optional[dict]:
 
 def start_record(prepared: str, measured: dict, model: str) -> None:
     """The warm start's training reward for ``bench_learning.start_reward``: the ``none`` rollouts of the premise
-    measurement's training split, filed under the weights they were measured on."""
+    measurement's training split, filed under the weights they were measured on (so that bench_learning never
+    measures them itself with the transformers sampler, hours on this model)."""
     from seal_verl.cue_effect import NONE
     from seal_verl.shipped_models import file_sha256
 
@@ -165,10 +166,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     common = ["--steps", str(args.steps), "--seeds", *map(str, args.seeds), "--variants", *args.variants,
               "--window", str(args.window), "--out", args.out]
     if not args.plot_only:
+        if not measured:
+            p.error(f"no premise measurement in {os.path.relpath(PREMISE, REPO)}: make premise-effect first (the "
+                    "warm start's training reward is the benchmark's baseline)")
         model = warm_model()
         os.environ["SEAL_CPU_MODEL"] = model  # run_ledger.sh: this model folder as it is
-        if measured:
-            start_record(os.path.join(args.out, "prepare"), measured, model)
+        start_record(os.path.join(args.out, "prepare"), measured, model)
         print(f"[bench-premise] runs: {progress(args.out, args.variants, args.seeds, args.steps)}", flush=True)
         rc = BL.main(common + ["--no-plot", "--", *LORA_OVERRIDES, *args.extra])
         print(f"[bench-premise] runs: {progress(args.out, args.variants, args.seeds, args.steps)}", flush=True)

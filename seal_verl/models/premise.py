@@ -54,6 +54,28 @@ def records_of(gen, split: str, condition: str) -> list[dict]:
     return out
 
 
+def _setup(model: str, task_ids: list[str], sampler, samples: int, out: str):
+    """verl's agent-loop worker over ``task_ids`` with the ledger run's lengths, sampling, agent loops and training
+    reward (its reward options: the per-turn credit), answered by ``sampler``; and the batch of the task rows."""
+    from transformers import AutoTokenizer
+
+    from seal_verl import dry_run as dr
+    from seal_verl.warm_start import ledger as L
+
+    s = L.TARGET.settings
+    loop = L.TARGET.loops[0]
+    config = dr.verl_config(model, agent_loop_yaml=s.agent_loops, rollouts=samples, prompt_length=s.prompt_length,
+                            response_length=s.response_length, reward_path=dr.reward_fn_path(L.ENV), seal={},
+                            reward_kwargs=dict(s.reward_kwargs),
+                            overrides=[f"actor_rollout_ref.rollout.temperature={s.temperature}",
+                                       f"actor_rollout_ref.rollout.top_p={s.top_p}",
+                                       f"actor_rollout_ref.rollout.agent.default_agent_loop={loop}"])
+    parquet = dr.write_parquet(dr.dataset_rows(task_ids, loop, "train", "json", env=L.ENV),
+                               os.path.join(out, "premise_tasks.parquet"))
+    batch = dr.load_batch(parquet, config, AutoTokenizer.from_pretrained(model), samples, uid_prefix="premise-")
+    return dr.make_worker(config, sampler), batch
+
+
 def measure(model: str, samples: int = DEFAULT_SAMPLES, seed: int = 0,
             confidence: float = 0.95, splits: tuple = SPLITS, progress=print) -> dict:
     """The cue effect of ``model`` with every cue kind on, on each split's tasks (``samples`` rollouts per task and
@@ -84,8 +106,7 @@ def measure(model: str, samples: int = DEFAULT_SAMPLES, seed: int = 0,
             for split in splits:
                 out = os.path.join(folder, split)
                 os.makedirs(out, exist_ok=True)
-                worker, batch, _ = P.agent_loop_setup(L.TARGET, model, env.task_ids(split), lambda t: sampler,
-                                                      samples, out)
+                worker, batch = _setup(model, env.task_ids(split), sampler, samples, out)
                 for name, kinds in conds.items():
                     t = time.time()
                     set_state_source(P.cue_state(tuple(kinds)))

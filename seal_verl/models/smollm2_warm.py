@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import json
 import os
 import random
@@ -181,6 +182,21 @@ def _label_shares(rates: dict) -> dict:
     return {z: round(n / total, 3) for z, n in sorted(counts.items(), key=lambda kv: -kv[1])}
 
 
+def _beside_adapter(out: str, record: dict) -> None:
+    """The record in the adapter's folder too: it ships with the adapter (``seal_verl.shipped_models ship``)."""
+    with open(os.path.join(out, ADAPTER_DIR, INFO_FILE), "w", encoding="utf-8") as fh:
+        json.dump(record, fh, indent=1, sort_keys=True)
+
+
+def fingerprint(base: str, rows: list[dict], params: dict) -> str:
+    """Digest of what the adapter is made from: the settings, the rendered rows, the base weights and the code of
+    :func:`fine_tune` (the measurement's code does not change the adapter)."""
+    from seal_verl.shipped_models import file_sha256
+
+    return _digest(json.dumps(params, sort_keys=True), json.dumps([[r["input_ids"], r["labels"]] for r in rows]),
+                   file_sha256(os.path.join(base, "model.safetensors")), inspect.getsource(fine_tune))
+
+
 def build(out: str, base: str, steps: int = DEFAULTS["steps"], lr: float = DEFAULTS["lr"],
           seed: int = DEFAULTS["seed"], samples: int = DEFAULTS["samples"], force: bool = False) -> dict:
     """Build (or reuse) the warm start in ``out`` from the SmolLM2 checkpoint ``base``; returns its record.
@@ -206,16 +222,27 @@ def build(out: str, base: str, steps: int = DEFAULTS["steps"], lr: float = DEFAU
     os.makedirs(out, exist_ok=True)
     rows = training_rows(base, train_ids, out)
     params = {"steps": int(steps), "lr": float(lr), "seed": int(seed), "samples": int(samples), "lora": LORA}
-    fp = _digest(json.dumps(params, sort_keys=True), json.dumps([[r["input_ids"], r["labels"]] for r in rows]),
-                 file_sha256(os.path.join(base, "model.safetensors")), file_sha256(__file__))
+    fp = fingerprint(base, rows, params)
     info = read_info(out)
     if not force and info and info.get("fingerprint") == fp and os.path.isdir(os.path.join(out, ADAPTER_DIR)):
         print(f"[smollm2-warm] reusing {out} (same inputs)", flush=True)
+        _beside_adapter(out, info)
         return info
     t0 = time.time()
     adapter = os.path.join(out, ADAPTER_DIR)
-    shutil.rmtree(adapter, ignore_errors=True)
-    losses = fine_tune(base, rows, adapter, steps, lr, seed)
+    stamp = os.path.join(out, "adapter_of.json")  # the adapter of these inputs survives a failed measurement
+    done = None
+    if not force and os.path.isfile(stamp):
+        with open(stamp, encoding="utf-8") as fh:
+            done = json.load(fh)
+    if done and done.get("fingerprint") == fp and os.path.isfile(os.path.join(adapter, "adapter_model.safetensors")):
+        losses = done["losses"]
+        print(f"[smollm2-warm] reusing the adapter in {adapter} (same inputs)", flush=True)
+    else:
+        shutil.rmtree(adapter, ignore_errors=True)
+        losses = fine_tune(base, rows, adapter, steps, lr, seed)
+        with open(stamp, "w", encoding="utf-8") as fh:
+            json.dump({"fingerprint": fp, "losses": losses}, fh)
     t1 = time.time()
     merged = merged_model(base, adapter, os.path.join(out, MERGED_DIR))
     t2 = time.time()
@@ -237,6 +264,7 @@ def build(out: str, base: str, steps: int = DEFAULTS["steps"], lr: float = DEFAU
                          "merge": round(t2 - t1, 1), "measure": round(time.time() - t2, 1)}
     with open(os.path.join(out, INFO_FILE), "w", encoding="utf-8") as fh:
         json.dump(record, fh, indent=1, sort_keys=True)
+    _beside_adapter(out, record)
     print(f"[smollm2-warm] training reward (sampled, {samples} per task) {record.get('mean_pass_rate')}, held-out "
           f"greedy {record.get('heldout_greedy')}, groups with reward variance {record.get('groups_with_variance')}; "
           f"labels {record.get('train_labels')}", flush=True)

