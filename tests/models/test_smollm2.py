@@ -75,3 +75,28 @@ def test_the_agent_loop_renders_the_tools_and_parses_its_calls(smollm2, tmp_path
     response = tok.decode([t for t, lab in zip(first["input_ids"], first["labels"]) if lab != -100])
     assert response.count("<tool_call>") >= 1 and "<|im_end|>" in response
     assert 300 < first["prompt_tokens"] < 600
+
+
+def test_the_cpu_backbone_group_composes_a_lora_run_within_its_budgets():
+    """``+backbone_cpu=smollm2`` after the CPU and ledger overlays (what bench-premise runs): a valid SEAL run
+    config with a merged rank-8 adapter, bf16 compute and micro-batches that hold one padded sequence."""
+    import verl  # noqa: F401  (registers SEAL's estimator and trainer)
+    from hydra import compose, initialize_config_dir
+
+    from seal_verl.verl_glue.config import check_run_config
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    recipe, ledger = os.path.join(repo, "recipes", "bfcl_v3"), os.path.join(repo, "recipes", "ledger_cpu")
+    with initialize_config_dir(config_dir=os.path.join(recipe, "config"), version_base=None):
+        cfg = compose(config_name="bfcl_v3", overrides=[
+            f"hydra.searchpath=[pkg://verl.trainer.config,file://{recipe}/cpu/config,file://{ledger}/config]",
+            "backbone=qwen2.5-3b", "variant=seal", "+cpu=tiny", "+learn=ledger", "+backbone_cpu=smollm2",
+            f"recipe.dir={recipe}", f"recipe.ledger_dir={ledger}", "recipe.data_dir=/data",
+            "actor_rollout_ref.model.path=/model", "seal.run_dir=/run"])
+    check_run_config(cfg)
+    model, actor = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.actor
+    assert (model.lora_rank, model.lora_alpha, model.lora.merge) == (8, 16, True)
+    assert cfg.recipe.backbone == "smollm2-135m" and actor.optim.lr == 1e-4
+    padded = cfg.data.max_prompt_length + cfg.data.max_response_length
+    assert actor.ppo_max_token_len_per_gpu >= padded and cfg.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu >= padded
+    assert actor.fsdp_config.mixed_precision.param_dtype == "bf16" and cfg.actor_rollout_ref.rollout.dtype == "bfloat16"
