@@ -44,7 +44,7 @@ LEARN_JOBS ?= 2
 # TEST_WORKERS=0 runs the suite in this process.
 TEST_WORKERS ?= 2
 
-.PHONY: smollm2 smollm2-warm-start ship-smollm2-warm-start premise-effect bench-premise test-cpu-lora
+.PHONY: smollm2 smollm2-warm-start ship-smollm2-warm-start premise-effect bench-premise test-cpu-lora smollm2-smoke
 .PHONY: venv test test-under-load warm-starts ship-warm-starts cue-effect test-cpu-training test-learning-bench test-cpu-two-nodes run run-grpo run-bfcl cpu-env dry-run diagnose-demo bench bench-learning clean clean-runs
 
 $(VENV)/.installed: setup.py recipes/bfcl_v3/cpu/platform/setup.py Makefile requirements-backbones.txt requirements-backbone-checks.txt
@@ -171,6 +171,13 @@ PREMISE_SEEDS ?= 1 2
 bench-premise: venv smollm2
 	OMP_NUM_THREADS=1 .venv-cpu-train/bin/python -m bench.bench_premise --steps $(PREMISE_STEPS) --seeds $(PREMISE_SEEDS) --no-plot
 	$(PY) -m bench.bench_premise --steps $(PREMISE_STEPS) --seeds $(PREMISE_SEEDS) --plot-only
+
+# two SEAL steps of the ledger on SmolLM2 with LoRA through main_ppo (+backbone_cpu=smollm2, from the shipped warm
+# start), then seal-verl check with its adapter check (not in CI: a SmolLM2 step takes about 3 minutes on 2 cores)
+smollm2-smoke: cpu-env smollm2
+	SEAL_CPU_MODEL="$$(.venv-cpu-train/bin/python -c 'from bench.bench_premise import warm_model; print(warm_model())' | tail -1)" \
+	  VARIANT=seal STEPS=2 OUT=runs/smollm2_smoke bash recipes/ledger_cpu/run_ledger.sh +backbone_cpu=smollm2
+	.venv-cpu-train/bin/seal-verl check runs/smollm2_smoke --steps 2
 
 # a real main_ppo run with LoRA (merged sync) on the shipped ledger warm start passes seal-verl check, its adapter
 # check included, and the same run with the weight sync skipped on purpose (SEAL_FAULT=skip_weight_sync) fails it
