@@ -96,7 +96,7 @@ def test_the_cpu_backbone_group_composes_a_lora_run_within_its_budgets():
     check_run_config(cfg)
     model, actor = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.actor
     assert (model.lora_rank, model.lora_alpha, model.lora.merge) == (8, 16, True)
-    assert cfg.recipe.backbone == "smollm2-135m" and actor.optim.lr == 1e-4
+    assert cfg.recipe.backbone == "smollm2-135m" and actor.optim.lr == 5e-4
     padded = cfg.data.max_prompt_length + cfg.data.max_response_length
     assert actor.ppo_max_token_len_per_gpu >= padded and cfg.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu >= padded
     assert actor.fsdp_config.mixed_precision.param_dtype == "bf16" and cfg.actor_rollout_ref.rollout.dtype == "bfloat16"
