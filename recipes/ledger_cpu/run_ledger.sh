@@ -57,6 +57,7 @@ if [ "${PREPARE_ONLY:-0}" = 1 ]; then echo "[run-ledger] PREPARE_ONLY=1: model $
 # shellcheck source=../bfcl_v3/cpu/cpu_env.sh
 source "$REPO/recipes/bfcl_v3/cpu/cpu_env.sh"
 "${RUN_FOLDER[@]}" clean "$OUT"
+if [ -n "${SEAL_FAULT:-}" ]; then echo "[run-ledger] FAULT PLANTED: SEAL_FAULT=$SEAL_FAULT (this run is broken on purpose; seal-verl check must fail it)" >&2; fi
 cd "$REPO"
 T1=$(date +%s)
 echo "[run-ledger] main_ppo: variant $VARIANT, $STEPS steps, seed $SEED; verl's output: $LOG"

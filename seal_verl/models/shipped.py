@@ -43,7 +43,10 @@ from typing import Optional
 BUILD_FILE = "build.json"
 #: the files of a model folder that a run reads (weights, config, tokenizer, chat template) and the warm start's record
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-               "chat_template.jinja", "special_tokens_map.json")
+               "chat_template.jinja", "special_tokens_map.json", "adapter_config.json", "adapter_model.safetensors")
+#: what a shipped folder must hold: a whole model's weights and config, or a LoRA adapter's (peft's files; the base
+#: model it adapts is built at set-up, named in the adapter's record)
+WEIGHTS = (("model.safetensors", "config.json"), ("adapter_model.safetensors", "adapter_config.json"))
 WARM_START_RECORD = "warm_start.json"
 #: keys of the warm start's record that hold paths of the machine that built it
 _PATH_KEYS = ("out", "base", "split_file")
@@ -125,8 +128,8 @@ def ship(src: str, dest: str, command: str, repo: Optional[str] = None, note: st
     ``repo``: the checkout whose commit built the model (default: the working folder); ``note``: what the model is;
     ``allow_dirty``: ship from a checkout with uncommitted changes, each recorded with its SHA-256 (without it such
     a checkout is refused before anything is copied)."""
-    if not os.path.isfile(os.path.join(src, "config.json")):
-        raise ShippedModelError(f"{src} is not a model folder (no config.json)")
+    if not any(os.path.isfile(os.path.join(src, cfg)) for _, cfg in WEIGHTS):
+        raise ShippedModelError(f"{src} is not a model or adapter folder (no config.json or adapter_config.json)")
     state = git_state(repo or os.getcwd())
     if state and state["uncommitted"] and not allow_dirty:
         raise ShippedModelError(_dirty_message(state))
@@ -182,7 +185,7 @@ def verify(folder: str) -> dict:
     except ValueError:
         raise ShippedModelError(f"{path} is not valid JSON") from None
     files = build.get("files") if isinstance(build, dict) else None
-    if not isinstance(files, dict) or "model.safetensors" not in files or "config.json" not in files:
+    if not isinstance(files, dict) or not any(w in files and c in files for w, c in WEIGHTS):
         raise ShippedModelError(f"{path} records no model files")
     for name, digest in files.items():
         file = os.path.join(folder, name)

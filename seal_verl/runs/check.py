@@ -38,6 +38,8 @@ The folder is read through ``seal_verl.runs.folder``; a damaged row or file is s
   actor has moved away from its initial weights beyond the numeric noise (``seal/sync/actor_vs_ref`` > 2 x
   ``seal/sync/rollout_vs_actor``), the rollout's token probabilities closer to the actor's than to the initial
   weights' (what a rollout engine that never received the new weights would show): the sync is real;
+- ``adapter`` (a run that trains a LoRA adapter): the adapter reached the rollout after every sync
+  (``seal_verl.runs.adapter_sync``);
 - ``resume`` (with ``--resumed-from``): the run restarted at the parent's last checkpoint, its first step ran
   under the parent's final interface (Omega) and rho, and the closed-loop history continues the parent's.
 """
@@ -53,8 +55,9 @@ import statistics
 from collections import defaultdict
 from typing import Optional
 
-from seal_verl.runs import folder as RF
 from seal_verl.core.cue_effect import short_line
+from seal_verl.runs import folder as RF
+from seal_verl.runs.adapter_sync import check_adapter_sync
 
 SEAL_KEYS = ("seal/step", "seal/weight/mean", "seal/success_rate", "seal/n_trajectories")
 SEAL_PREFIXES = ("seal/prevalence/", "seal/rho/", "seal/cue_active/")
@@ -571,7 +574,7 @@ def check_run(path: str, steps: Optional[int] = None, resumed_from: Optional[str
     checks = [("exit", check_exit, ()), ("steps", check_steps, (steps,)), ("state", check_state, ()),
               ("weights", check_weights, (parent, min_nonzero)), ("cues", check_cues, ()),
               ("effect", check_cue_effect, ()),
-              ("sync", check_sync, (require_moving_weights, parent))]
+              ("sync", check_sync, (require_moving_weights, parent)), ("adapter", check_adapter_sync, ())]
     if parent is not None:
         checks.append(("resume", check_resume, (parent,)))
     for name, check, args in checks:

@@ -50,6 +50,9 @@ REACHES: dict[str, str] = {
                                    "self.zmq_handle (vllm_rollout.py, the sender, which removes a file already "
                                    "at the path and binds) and vLLMColocateWorkerExtension._get_zmq_handle() "
                                    "(utils.py, the receiver in vLLM's worker process, which connects)",
+    "plant_faults": "the planted fault skip_weight_sync (SEAL_FAULT, for showing that seal-verl check fails) wraps "
+                    "CheckpointEngineManager.update_weights (verl/checkpoint_engine/base.py), which the V1 trainer "
+                    "calls once at start-up and after every step to send the actor's weights to the rollout",
     "exclude_rows_from_update": "the actor update reads response_mask and advantages of the step's rows from "
                                 "TransferQueue (jagged tensors), as verl's own rollout correction rewrites them",
 }
@@ -306,3 +309,67 @@ def distinct_weight_sync_socket() -> None:
             patch(module)
         elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
             sys.meta_path.insert(0, _AfterImport(name, patch))
+
+
+# ------------------------------------------------------------------------------------------------ planted faults
+
+#: the environment variable that plants faults in a run (a comma-separated list of :data:`FAULTS` names)
+FAULT_ENV = "SEAL_FAULT"
+#: fault name -> what it does; each exists to show that a check fails when what it checks is broken
+FAULTS = {"skip_weight_sync": "every weight sync after the first (start-up) one is skipped: the rollout keeps "
+                              "sampling from the weights it started with while the actor trains"}
+_FAULT_MARK = "_seal_fault_planted"
+
+
+def planted_faults(environ: Optional[dict] = None) -> list[str]:
+    """The faults ``SEAL_FAULT`` asks for, in :data:`FAULTS` order.
+
+    Raises:
+        ValueError: a name that is not a known fault (a typo must not leave a run unfaulted in silence).
+    """
+    raw = (os.environ if environ is None else environ).get(FAULT_ENV, "")
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(FAULTS))
+    if unknown:
+        raise ValueError(f"{FAULT_ENV}={raw!r}: unknown fault(s) {unknown}; known: {sorted(FAULTS)}")
+    return [n for n in FAULTS if n in names]
+
+
+def plant_faults() -> list[str]:
+    """Plant the faults of ``SEAL_FAULT`` in this (the trainer's) process, announcing each on stdout and stderr;
+    returns their names (the trainer records them in every step's metrics and in the run's config.json)."""
+    names = planted_faults()
+    for name in names:
+        banner = f"[seal-verl] FAULT PLANTED ({FAULT_ENV}={name}): {FAULTS[name]}. This run is broken on purpose."
+        print(banner, flush=True)
+        print(banner, file=sys.stderr, flush=True)
+    if "skip_weight_sync" in names:
+        require_checked_verl("plant_faults")
+        from verl.checkpoint_engine.base import CheckpointEngineManager
+
+        original = CheckpointEngineManager.update_weights
+        if not getattr(original, _FAULT_MARK, False):
+            calls = {"n": 0}
+
+            @functools.wraps(original)
+            def update_weights(self, *args, **kwargs):
+                calls["n"] += 1
+                if calls["n"] == 1:
+                    return original(self, *args, **kwargs)
+                print(f"[seal-verl] FAULT skip_weight_sync: weight sync {calls['n']} skipped "
+                      f"(args {args} {kwargs})", flush=True)
+                try:
+                    import asyncio
+
+                    asyncio.get_running_loop()
+                except RuntimeError:
+                    return {}
+
+                async def skipped():
+                    return {}
+                return skipped()
+
+            setattr(update_weights, _FAULT_MARK, True)
+            CheckpointEngineManager.update_weights = update_weights
+    return names
+

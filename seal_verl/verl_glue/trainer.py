@@ -106,6 +106,8 @@ class SealTrainerMixin:
         self._seal_probe_index: dict | None = None
         #: TransferQueue key -> (uid, w, reward extras) of the current step's rollouts (for the run folder)
         self._seal_step_rows: dict = {}
+        #: faults planted on purpose (SEAL_FAULT): announced now, recorded in every step's metrics and config.json
+        self.seal_faults = compat.plant_faults()
 
     # ------------------------------------------------------------------ advantage
 
@@ -330,6 +332,8 @@ class SealTrainerMixin:
                     metrics[f"agent_loop/{name}/mean"] = float(np.mean(values))
                     metrics[f"agent_loop/{name}/max"] = float(np.max(values))
                     metrics[f"agent_loop/{name}/sum"] = float(np.sum(values))
+        for fault in self.seal_faults:
+            metrics[f"seal/fault/{fault}"] = 1.0
         writer = StepWriter(self.seal.run_folder)
         rows = writer.write_traces(k, rollouts)
         writer.write_metrics(k, self.seal, rows, seconds=(timing_raw or {}).get("step"), metrics=metrics,
@@ -448,6 +452,7 @@ class SealTrainerMixin:
             "seal": self.seal.cfg.to_dict(),
             "resumed_from": resumed_from,
             "resumed_from_step": int(self.global_steps) if resumed_from else None,
+            "faults": list(self.seal_faults),
             "verl": _resolved(cfg),
         })
 

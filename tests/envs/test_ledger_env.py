@@ -76,6 +76,12 @@ def _outputs():
         ("deposit_check", ['<tool_call>\n{"name": "deposit", "arguments": {"account": \n</tool_call>'], [good_check],
          ["invalid_tool_call", "pass"]),
         ("deposit_check", [call("open_account", account=x)], [good_check], ["invalid_tool_call", "pass"]),
+        # a malformed call corrected in the same turn passes it (judged on the end state, as BFCL judges a turn) ...
+        ("deposit_check", ['<tool_call>\n{"name": "deposit", "arguments": {"account": \n</tool_call>',
+                           call("deposit", account=x, amount=a)], [good_check], ["pass", "pass"]),
+        # ... and one followed by a wrong call leaves the turn failed, labelled by Psi's priority
+        ("deposit_check", ['<tool_call>\n{"name": "deposit", "arguments": {"account": \n</tool_call>',
+                           call("deposit", account=x, amount=a + 1)], [good_check], ["invalid_tool_call", "pass"]),
         ("deposit_check", [call("deposit", account=x, amount=str(a))], [good_check], ["argument_mismatch", "pass"]),
         ("deposit_check", [call("deposit", account=x, amount=a + 1)], [good_check], ["argument_mismatch", "pass"]),
         ("deposit_check", ["Sure, done."], [good_check], ["missing_tool_call", "pass"]),
@@ -103,6 +109,25 @@ def _outputs():
 def test_model_output_gets_label(family, turn0, turn1, expected):
     _, labels = play(first_of(family), [turn0, turn1])
     assert labels == expected
+
+
+def test_a_malformed_call_is_answered_with_an_error_and_the_turn_goes_on():
+    task = first_of("deposit_check")
+    episode = ENV.start(task, call_format="json")
+    episode.reset()
+    result = episode.step('<tool_call>\n{"name": "deposit", \n</tool_call>')
+    assert not result.turn_done and episode.turn == 0
+    [shown] = result.tool_results
+    assert shown.is_error and shown.content.startswith("Error: the tool call could not be decoded")
+    # the error-recovery cue reads the same record (feedback on the shown result, not carried to the next turn)
+    from seal_verl.core.observation import SealObservationWrapper
+    from seal_verl.core.interface import CUE_KINDS, ERROR_RECOVERY, InterfaceConfig, InterfaceState
+
+    state = InterfaceState(active={k: k == ERROR_RECOVERY for k in CUE_KINDS}, streak_below={k: 0 for k in CUE_KINDS})
+    cued = SealObservationWrapper(ENV.start(task, call_format="json"), state, InterfaceConfig())
+    cued.reset()
+    [fed] = cued.step('<tool_call>\n{"name": "deposit", \n</tool_call>').tool_results
+    assert len(fed.content) > len(shown.content) and fed.content.startswith(shown.content)
 
 
 def test_psi_sees_at_least_five_failure_labels():

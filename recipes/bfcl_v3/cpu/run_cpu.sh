@@ -138,6 +138,7 @@ fi
 
 # 3. verl's own launcher with the recipe config + the CPU overlay; its output goes to $LOG, the console
 #    follows the run folder (seal_verl/runs/watch.py)
+if [ -n "${SEAL_FAULT:-}" ]; then echo "[run-cpu] FAULT PLANTED: SEAL_FAULT=$SEAL_FAULT (this run is broken on purpose; seal-verl check must fail it)" >&2; fi
 cd "$REPO"
 T2=$(date +%s)
 echo "[run-cpu] python -m verl.trainer.main_ppo (variant $VARIANT, $STEPS steps); verl's output: $LOG"
