@@ -148,12 +148,25 @@ class TQReader:
         wanted = [f for f in optional if f not in self.absent]
         try:
             return tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields + wanted)
-        except (ValueError, KeyError, RuntimeError) as exc:  # TransferQueue names a field it does not hold
+        except (ValueError, KeyError, RuntimeError) as exc:
             if not wanted:
                 raise
-            named = {f for f in wanted if f in str(exc)}
-            self.absent |= named or set(wanted)
+            # TransferQueue names a field it does not hold; one not ready in every row it does not name
+            missing = {f for f in wanted if f in str(exc)} or {f for f in wanted if not self._ready(batch, f)}
+            if not missing:
+                raise
+            self.absent |= missing
             return self._get(batch, fields, optional)
+
+    @staticmethod
+    def _ready(batch: Any, field: str) -> bool:
+        import transfer_queue as tq
+
+        try:
+            tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=[field])
+        except (ValueError, KeyError, RuntimeError):
+            return False
+        return True
 
     def read(self, batch: Any, tokenizer: Any = None) -> BatchRollouts:
         """The step's rollouts of ``batch`` (a ``KVBatchMeta``), in ``batch.keys`` order; ``tokenizer`` decodes a

@@ -509,6 +509,11 @@ def test_v1_trainer_keeps_no_rollout_of_a_step(tq_store, tmp_path):
     assert [k for k, v in vars(trainer).items() if k != "seal" and held(v)] == []
     _, record = trainer.seal.close_step(1)
     assert len(record.trained) == len(ROLLOUTS) and record.step == 1
+    # read once for the run folder too (token counts); timers and log-prob agreement need fields this batch does
+    # not have (no agent-loop metrics, no rollout or reference log-probs)
+    for i, t in enumerate(record.trained):
+        assert t.rollout.tokens == {"prompt": 3, "response": RESP_LEN[i], "llm": RESP_LEN[i]}
+        assert t.rollout.timing is None and t.rollout.sync is None
     tq.kv_clear(keys=out_meta.keys, partition_id="train")
 
 
