@@ -20,9 +20,9 @@ What runs, per training step ``t``:
 5. the trainer's advantage path: the SEAL weights of the glue's :class:`~seal_verl.verl_glue.driver.SealDriver`
    from the reward extras, activated as a ``WeightPlan`` around verl's own ``compute_advantage`` with the
    ``seal_grpo`` estimator (GRPO group normalisation, then ``w_j``);
-6. the closed-loop update (``SealDriver.end_step`` -> ``seal_verl.core.loop.closed_loop_step``), the state saved
-   to ``state_step_{t}.json``, and handed to the rollout side for step ``t+1``
-   (:func:`seal_verl.verl_glue.agent_loop.set_state_source`, the in-process stand-in for the state actor).
+6. the closed-loop update (``SealDriver.close_step`` -> ``seal_verl.core.loop.closed_loop_step``), the state
+   saved to ``state_step_{t}.json``, and handed to the rollout side for step ``t+1`` (the worker's
+   ``state_source``, the in-process stand-in for the state actor: ``seal_verl.verl_glue.in_process.make_worker``).
 
 At the end a small validation pass runs the evaluation loop on held-out tasks: no cue, ever.
 

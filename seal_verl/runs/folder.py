@@ -17,23 +17,25 @@ Layout (``k`` is verl's global step, from 1, the number the console and the chec
 - written by the run scripts around verl: ``timing.json`` (exit code, seconds per phase), ``main_ppo.log``
   (verl's console), ``checkpoints/`` (verl's, with ``global_step_N/seal_state.json``), ``prepare.json``.
 
-Rows are plain JSON objects; the TypedDicts below name their keys for readers and type checkers without changing
-a byte on disk. Readers never fail on a damaged row: a line cut by a crash or a line that is not a JSON object is
-skipped and reported as :class:`Damage`.
+Rows are plain JSON objects; their types and their builders are in :mod:`seal_verl.runs.rows`. Readers never fail
+on a damaged row: a line cut by a crash or a line that is not a JSON object is skipped and reported as
+:class:`Damage`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, TypedDict
+from typing import Any, Iterable, Optional
 
 from seal_verl.atomic import atomic_write_text
+# The row types and their builders live in ``seal_verl.runs.rows``; named here for the readers of this module.
+from seal_verl.runs.rows import (CueEffect, ProbeRow, StateRow, StepRow, Timing, TraceRow, ValRow,  # noqa: F401
+                                 json_safe)
 
 # ------------------------------------------------------------------------------------------------ file names
 
@@ -84,148 +86,6 @@ def checkpoint_state(run_dir: str, k: int) -> str:
 def _step_of(name: str, kind: tuple[str, str]) -> Optional[int]:
     m = re.fullmatch(re.escape(kind[0]) + r"(\d+)" + re.escape(kind[1]), name)
     return int(m.group(1)) if m else None
-
-
-# ------------------------------------------------------------------------------------------------ rows
-
-#: one cell of the cue effect: mean reward of rollouts with and without a cue kind, their difference and interval
-CueEffect = TypedDict("CueEffect", {"with": float, "without": float, "diff": float, "lo": float, "hi": float,
-                                    "n_with": int, "n_without": int})
-
-
-class TraceRow(TypedDict, total=False):
-    """One rollout of a training step (``traces_step_{k}.jsonl``)."""
-
-    step: int
-    global_step: int
-    key: str
-    uid: str
-    task_id: str
-    category: Any
-    agent_loop: Optional[str]
-    plan: Optional[dict]            # the dry run's scripted plan; None in training
-    labels: Optional[list]          # Psi's labels per turn (a correct abstention is "pass")
-    abstention: Optional[list]
-    profile_keys: Optional[list]    # the same turns in the metrics' vocabulary ("correct_abstention")
-    reward: Optional[float]
-    acc: Optional[float]
-    w: float                        # the SEAL weight the advantage was multiplied by
-    advantage: Optional[float]      # mean advantage over the response tokens
-    grpo_advantage: Optional[float]  # verl's GRPO advantage before the weight
-    advantage_range: Optional[list]  # [min, max] over the response tokens; None when kept out of the update
-    excluded: bool                  # kept out of the update (its verification raised)
-    cue_tokens: int
-    cue_count: int
-    hint_in_text: Optional[bool]    # the cue marker occurs in the decoded tokens
-    interface_active: list
-    tokens: Optional[dict]
-    trace: Any
-
-
-class StepRow(TypedDict, total=False):
-    """One training step (a ``metrics.jsonl`` line)."""
-
-    step: int
-    global_step: int
-    n_rollouts: int
-    tasks: list
-    mix: Optional[dict]             # the dry run's scripted mix; None in training
-    active_during: list             # cue kinds on during the step's rollouts
-    active_next: list
-    prevalence: Optional[dict]
-    prevalence_ema: Optional[dict]
-    rate: Optional[dict]
-    rate_ema: Optional[dict]
-    rho: dict
-    rho_used: dict                  # the rho the step's weights used
-    success_rate: Optional[float]
-    w_mean: Optional[float]
-    w_std: Optional[float]
-    w_min: Optional[float]
-    w_max: Optional[float]
-    cue_tokens_mean: float
-    cue_tokens_max: int
-    seconds: Optional[float]
-    metrics: dict                   # every scalar the trainer logged for the step
-    cue_effect: Optional[dict]      # the step's cue-effect measurement (per cue kind or "all"); None without one
-
-
-class ProbeRow(TypedDict, total=False):
-    """One rollout of a cue-effect probe (a ``probe_step_{k}.jsonl`` line): enough to recompute its numbers."""
-
-    step: int
-    key: str
-    condition: str                  # which cue kinds the rollout ran with
-    kinds: list
-    task_id: str
-    passed: bool
-    reward: Optional[float]         # what the effect compares: the training reward in [0, 1] (None: 1/0 by passed)
-    acc: Optional[float]
-    score: Optional[float]
-    labels: Any
-    cue_tokens: Any
-
-
-class ValRow(TypedDict, total=False):
-    """One validation rollout (a ``val_traces.jsonl`` line)."""
-
-    global_step: int
-    key: str
-    task_id: str
-    agent_loop: Optional[str]
-    score: Optional[float]
-    acc: Optional[float]
-    labels: Optional[list]
-    cue_tokens: int
-    hint_in_text: Optional[bool]
-    tokens: Optional[dict]
-    trace: Any
-
-
-class StateRow(TypedDict, total=False):
-    """The closed-loop state after a step (``state_step_{k}.json``, ``ClosedLoopState.to_dict()``)."""
-
-    version: int
-    step: int
-    interface: dict
-    rho: dict
-    base_rho: dict
-    prevalence_ema: Optional[dict]
-    rate_ema: Optional[dict]
-    history: list  # the most recent rows (loop.HISTORY_WINDOW); metrics.jsonl has one row per step
-    history_start: int  # the step of the first row kept
-
-
-class Timing(TypedDict, total=False):
-    """What the run scripts record when verl's launcher exits (``timing.json``)."""
-
-    variant: str
-    seed: int
-    steps: int
-    exit_code: int
-    venv_s: int
-    prepare_s: int
-    main_ppo_s: int
-
-
-def json_safe(value: Any) -> Any:
-    """Plain JSON types: numpy/torch scalars -> Python numbers, non-finite floats -> None, containers walked."""
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 0) == 0:
-        try:
-            value = value.item()
-        except (TypeError, ValueError):
-            return str(value)
-    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if hasattr(value, "tolist"):
-        return json_safe(value.tolist())
-    return str(value)
 
 
 # ------------------------------------------------------------------------------------------------ writer

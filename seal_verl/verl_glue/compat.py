@@ -32,7 +32,9 @@ REACHES: dict[str, str] = {
                             "TransferQueue), _compute_metrics(batch, metrics, timing_raw, global_steps, epoch) "
                             "(called after step(), the batch still in TransferQueue), _validate() (samples "
                             "partition 'val' from the replay buffer and clears it), _save_checkpoint() and "
-                            "_load_checkpoint() (global_steps is set when it returns); the cue-effect probe "
+                            "_load_checkpoint() (global_steps is set when it returns); the KVBatchMeta step() "
+                            "returns is the one fit passes to _compute_metrics, so the closed step's record rides "
+                            "in its extra_info, as verl's own stages pass batch-level data; the cue-effect probe "
                             "(_seal_cue_probe) submits rows as _validate does (TransferQueue partition 'val', "
                             "agent_loop_manager.generate_sequences, replay_buffer.sample) and, without reward "
                             "workers, grades them with _compute_reward_colocate(batch) as _validate does",
@@ -55,6 +57,10 @@ REACHES: dict[str, str] = {
                     "calls once at start-up and after every step to send the actor's weights to the rollout",
     "exclude_rows_from_update": "the actor update reads response_mask and advantages of the step's rows from "
                                 "TransferQueue (jagged tensors), as verl's own rollout correction rewrites them",
+    "wrap_grpo_outcome_advantage": "ray_trainer.compute_advantage calls core_algos.compute_grpo_outcome_advantage "
+                                   "by module attribute for adv_estimator=grpo (also under the V1 trainer, through "
+                                   "compute_advantage_for_multi_trajectories); replaced at module level, the "
+                                   "estimator registry keeps the original",
 }
 
 
@@ -181,6 +187,19 @@ def session_of_key(key: str) -> Optional[str]:
     if len(parts) != 3:
         return None
     return f"{parts[0]}_{parts[1]}"
+
+
+def wrap_grpo_outcome_advantage(make: Callable[[Callable], Callable]) -> None:
+    """Replace verl's ``core_algos.compute_grpo_outcome_advantage`` by ``make(original)`` once in this process.
+
+    ``ray_trainer.compute_advantage`` (the legacy trainer, and the V1 trainer through
+    ``compute_advantage_for_multi_trajectories``) calls it by module attribute for ``adv_estimator=grpo``, so the
+    wrapper is what plain GRPO runs; the estimator registry keeps the original.
+    """
+    require_checked_verl("wrap_grpo_outcome_advantage")
+    from verl.trainer.ppo import core_algos
+
+    _wrap_once(core_algos, "compute_grpo_outcome_advantage", make)
 
 
 def exclude_rows_from_update(batch: Any, excluded: Any) -> None:

@@ -12,7 +12,6 @@ FOLDERS = ("seal_verl", "env_wrappers", "reward_fns")
 MAX_LINES = 500
 #: Files being split by job right now, on other branches; empty this list when those splits land.
 BEING_SPLIT = {
-    "seal_verl/verl_glue/agent_loop.py",  # the agent loops: the parsed cue view and the rollout split out
     "seal_verl/runs/check.py",            # the run checks, by what they check
     "env_wrappers/bfcl/sandbox/pool.py",  # the worker pool: slots, limits, reset threads, judge pool
 }

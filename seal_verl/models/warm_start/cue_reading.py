@@ -30,6 +30,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
+from seal_verl.core import extras as X
 from seal_verl.models.warm_start import pipeline as P
 from seal_verl.models.warm_start import render as R
 from seal_verl.models.warm_start import sampling as S
@@ -56,7 +57,6 @@ def measure(target: T.Target, model: str, task_ids: list[str], samples: int = DE
     from seal_verl.core import cue_effect as ce
     from seal_verl import rollouts as dr
     from seal_verl.core.interface import CUE_KINDS
-    from seal_verl.verl_glue.agent_loop import set_state_source
 
     s = target.settings
     folder = tempfile.mkdtemp(prefix="cue-effect-")
@@ -77,18 +77,15 @@ def measure(target: T.Target, model: str, task_ids: list[str], samples: int = DE
     started = time.time()
     for i, (name, kinds) in enumerate(conds.items()):
         async def go(kinds=kinds, i=i):
-            worker = dr.make_worker(config, S.HFSampler(lm, tokenizer, seed + i))
+            worker = dr.make_worker(config, S.HFSampler(lm, tokenizer, seed + i),
+                                    state_source=R.cue_state(tuple(kinds)))
             batch = dr.load_batch(parquet, config, tokenizer, samples, uid_prefix=f"cue-{i}-")
-            set_state_source(R.cue_state(tuple(kinds)))
-            try:
-                return await worker.generate_sequences(batch)
-            finally:
-                set_state_source(None)
+            return await worker.generate_sequences(batch)
 
         gen = R.run_loop(go)
         for j in range(len(gen)):
-            reward = float(gen.non_tensor_batch["score"][j])
-            labels = json.loads(str(gen.non_tensor_batch["seal_labels"][j]))
+            reward = float(gen.non_tensor_batch[X.SCORE][j])
+            labels = json.loads(str(gen.non_tensor_batch[X.LABELS][j]))
             records.append(ce.ProbeRecord(name, str(gen.non_tensor_batch["task_id"][j]),
                                           all(z == "pass" for z in labels), reward))
         print(f"[cue-effect] {name}: {len(gen)} rollouts, mean reward "
