@@ -58,6 +58,7 @@ from typing import Optional
 from seal_verl.core.cue_effect import short_line
 from seal_verl.runs import folder as RF
 from seal_verl.runs.adapter_sync import check_adapter_sync
+from seal_verl.runs.provenance import check_provenance
 
 SEAL_KEYS = ("seal/step", "seal/weight/mean", "seal/success_rate", "seal/n_trajectories")
 SEAL_PREFIXES = ("seal/prevalence/", "seal/rho/", "seal/cue_active/")
@@ -574,7 +575,8 @@ def check_run(path: str, steps: Optional[int] = None, resumed_from: Optional[str
     checks = [("exit", check_exit, ()), ("steps", check_steps, (steps,)), ("state", check_state, ()),
               ("weights", check_weights, (parent, min_nonzero)), ("cues", check_cues, ()),
               ("effect", check_cue_effect, ()),
-              ("sync", check_sync, (require_moving_weights, parent)), ("adapter", check_adapter_sync, ())]
+              ("sync", check_sync, (require_moving_weights, parent)), ("adapter", check_adapter_sync, ()),
+              ("provenance", check_provenance, ())]
     if parent is not None:
         checks.append(("resume", check_resume, (parent,)))
     for name, check, args in checks:

@@ -9,6 +9,8 @@ No verl import.
 Layout (``k`` is verl's global step, from 1, the number the console and the checkpoints show):
 
 - ``config.json``: what ran (rewritten with ``resumed_from_step`` by a resumed run);
+- ``provenance.json``: what produced it (command, code, libraries, model, data, seeds, hardware;
+  :mod:`seal_verl.runs.provenance`);
 - ``state_step_{k}.json``: the closed-loop state after step ``k`` (``ClosedLoopState.to_dict()``);
 - ``traces_step_{k}.jsonl``: one :class:`TraceRow` per rollout of step ``k``;
 - ``probe_step_{k}.jsonl``: one :class:`ProbeRow` per rollout of the cue-effect probe run at step ``k``;
@@ -40,6 +42,7 @@ from seal_verl.runs.rows import (CueEffect, ProbeRow, StateRow, StepRow, Timing,
 # ------------------------------------------------------------------------------------------------ file names
 
 CONFIG = "config.json"
+PROVENANCE = "provenance.json"
 METRICS = "metrics.jsonl"
 VALIDATION = "val_traces.jsonl"
 TIMING = "timing.json"
@@ -62,7 +65,7 @@ _PROBE = ("probe_step_", ".jsonl")
 _TEMP_PREFIX = ".seal_run."
 
 #: names ``python -m seal_verl.runs.folder path`` knows (the run scripts ask for these)
-NAMED = {"config": CONFIG, "metrics": METRICS, "validation": VALIDATION, "timing": TIMING, "log": LOG,
+NAMED = {"config": CONFIG, "provenance": PROVENANCE, "metrics": METRICS, "validation": VALIDATION, "timing": TIMING, "log": LOG,
          "checkpoints": CHECKPOINTS, "prepare": PREPARE}
 
 
@@ -157,7 +160,7 @@ def clean(path: str, checkpoints: bool = True) -> list[str]:
         target = os.path.join(path, name)
         if name == CHECKPOINTS and checkpoints and os.path.isdir(target):
             shutil.rmtree(target)
-        elif name in (CONFIG, METRICS, VALIDATION, TIMING) or any(_step_of(name, kind) is not None
+        elif name in (CONFIG, PROVENANCE, METRICS, VALIDATION, TIMING) or any(_step_of(name, kind) is not None
                                                                   for kind in (_TRACES, _STATE, _PROBE)):
             os.remove(target)
         else:

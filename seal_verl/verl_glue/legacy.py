@@ -1,6 +1,6 @@
 """SEAL for verl's legacy trainer (``trainer.use_v1=false``, ``verl/trainer/ppo/ray_trainer.py``).
 
-The legacy ``RayPPOTrainer`` is not configurable by class, so the plugin wraps four of its hook points in
+The legacy ``RayPPOTrainer`` is not configurable by class, so the plugin wraps six of its hook points in
 the process that imports verl (every process; they only act in the legacy trainer's driver):
 
 - ``ray_trainer.compute_advantage`` (module function, called once per step by ``RayPPOTrainer.fit`` with the
@@ -10,13 +10,16 @@ the process that imports verl (every process; they only act in the legacy traine
 - ``ray_trainer.compute_data_metrics`` (module function, called by ``fit`` when it collects the step's
   metrics): moves ``batch.meta_info["seal_metrics"]`` into the returned metrics dict, which ``fit`` logs;
 - ``RayPPOTrainer._load_checkpoint`` / ``_save_checkpoint``: restore / save ``global_step_N/seal_state.json``
-  and publish the state to the rollout workers before the first rollout.
+  and publish the state to the rollout workers before the first rollout;
+- ``RayPPOTrainer._validate`` and ``ray_trainer.extract_reward`` (module function, called by ``_validate`` once per
+  validation batch, after its reward, with ``meta_info["validate"]``): the validation rollouts, for the run folder.
 
-With ``seal.run_dir`` set, the run folder (``driver.RunFolder``) is kept here too: ``state_step_{k}.json`` (by the
-driver), ``traces_step_{k}.jsonl`` (in the ``compute_advantage`` wrapper, from the closed step's record) and one
+With ``seal.run_dir`` set, the run folder (``driver.RunFolder``) is kept here too: ``config.json`` and
+``provenance.json`` (at the checkpoint load, ``run_start.record_start``), ``state_step_{k}.json`` (by the
+driver), ``traces_step_{k}.jsonl`` (in the ``compute_advantage`` wrapper, from the closed step's record), one
 ``metrics.jsonl`` row per step (in the ``compute_data_metrics`` wrapper: verl's data metrics and the ``seal/...``
-metrics; verl's timers are computed after that call, so the legacy rows have no ``timing_s/...``). Validation
-rollouts are not recorded on this path.
+metrics; verl's timers are computed after that call, so the legacy rows have no ``timing_s/...``) and the
+validation rollouts (``val_traces.jsonl``).
 
 Every wrapper is a pass-through unless the run's config selects SEAL (``check_run_config``), and
 ``compute_advantage`` is a pass-through inside an active ``WeightPlan`` (the V1 trainer already handled the
@@ -33,10 +36,11 @@ from typing import Any, Optional
 
 from seal_verl.verl_glue import state_actor
 from seal_verl.verl_glue.advantage import SealWiringError, active_plan
-from seal_verl.verl_glue.batch_read import data_proto_advantages, read_data_proto
+from seal_verl.verl_glue.batch_read import data_proto_advantages, data_proto_val_rows, read_data_proto
 from seal_verl.verl_glue.config import SEAL_GRPO, check_run_config, estimator_name
 from seal_verl.verl_glue.driver import SealDriver, resume_folder
 from seal_verl.verl_glue.multinode import check_multinode
+from seal_verl.verl_glue.run_start import record_start
 from seal_verl.verl_glue.step import StepWriter, seal_step, zero_excluded_rows
 
 logger = logging.getLogger(__name__)
@@ -168,7 +172,37 @@ def _seal_load_checkpoint(original, self, *args, **kwargs):
         folder = resume_folder(self.config.trainer, steps)
         if folder is not None:
             driver.load_from(folder, expected_step=steps)
+        driver.state_before = driver.state
+        record_start(driver, self.config, resumed_from=folder, global_steps=steps)
         driver.publish()
+    return result
+
+
+#: the validation in progress (the trainer's step and tokenizer, the rows read so far), while ``_validate`` runs
+_VALIDATING: dict[str, Any] = {}
+
+
+def _seal_validate(original, self, *args, **kwargs):
+    driver = driver_for(self.config, create=False)
+    if driver is None or driver.run_folder is None:
+        return original(self, *args, **kwargs)
+    rows: list = []
+    _VALIDATING.update(step=int(getattr(self, "global_steps", 0) or 0), rows=rows,
+                       tokenizer=getattr(self, "tokenizer", None))
+    try:
+        result = original(self, *args, **kwargs)
+    finally:
+        _VALIDATING.clear()
+    if rows:
+        driver.run_folder.append_val(rows)
+    return result
+
+
+def _seal_extract_reward(original, batch, *args, **kwargs):
+    result = original(batch, *args, **kwargs)
+    meta = getattr(batch, "meta_info", None)
+    if _VALIDATING and isinstance(meta, dict) and meta.get("validate"):
+        _VALIDATING["rows"].extend(data_proto_val_rows(batch, _VALIDATING["tokenizer"], _VALIDATING["step"]))
     return result
 
 
@@ -204,7 +238,7 @@ def _compute_advantage_impl(original, data, adv_estimator, gamma=1.0, lam=1.0, n
 
 
 def install() -> None:
-    """Install the four wrappers (idempotent: an installed wrapper is recognised and kept).
+    """Install the six wrappers (idempotent: an installed wrapper is recognised and kept).
 
     verl's legacy trainer has no hook for any of them, so they replace module functions and methods of
     ``verl.trainer.ppo.ray_trainer`` by name: checked against the verl version of ``compat``."""
@@ -223,6 +257,10 @@ def install() -> None:
         cls._load_checkpoint = _wrap(cls._load_checkpoint, _seal_load_checkpoint, as_method=True)
     if not getattr(cls._save_checkpoint, "__seal_wrapper__", False):
         cls._save_checkpoint = _wrap(cls._save_checkpoint, _seal_save_checkpoint, as_method=True)
+    if not getattr(cls._validate, "__seal_wrapper__", False):
+        cls._validate = _wrap(cls._validate, _seal_validate, as_method=True)
+    if not getattr(ray_trainer.extract_reward, "__seal_wrapper__", False):
+        ray_trainer.extract_reward = _wrap(ray_trainer.extract_reward, _seal_extract_reward)
 
 
 def installed() -> bool:
@@ -235,5 +273,7 @@ def installed() -> bool:
             ray_trainer.compute_data_metrics,
             ray_trainer.RayPPOTrainer._load_checkpoint,
             ray_trainer.RayPPOTrainer._save_checkpoint,
+            ray_trainer.RayPPOTrainer._validate,
+            ray_trainer.extract_reward,
         )
     )

@@ -18,6 +18,7 @@ Registered as ``trainer.v1.trainer_mode=seal`` (``verl.trainer.ppo.v1.register_t
 
 With ``seal.run_dir`` set, two more hooks keep the run folder (``driver.RunFolder``, the dry run's layout):
 
+- ``_load_checkpoint``: ``config.json`` and ``provenance.json`` (``run_start.record_start``);
 - ``_compute_metrics`` (after verl's own, when the step's metrics dict is complete): ``traces_step_{k}.jsonl``
   and one ``metrics.jsonl`` row from the step's record, with every logged scalar (``seal/...``,
   ``timing_s/...``, ``training/...``); ``state_step_{k}.json`` is written by the driver;
@@ -53,6 +54,7 @@ from seal_verl.verl_glue.driver import SealDriver, resume_folder
 from seal_verl.verl_glue.multinode import check_multinode
 from seal_verl.verl_glue.probe import CueEffectProbe, ProbeOutput, stamp, uid_of_key
 from seal_verl.verl_glue.probe import sampling as probe_sampling
+from seal_verl.verl_glue.run_start import record_start
 from seal_verl.verl_glue.step import StepWriter, seal_step
 
 logger = logging.getLogger(__name__)
@@ -66,15 +68,6 @@ def tq_get(batch, fields: list[str]):
     import transfer_queue as tq
 
     return tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
-
-
-def _resolved(cfg):
-    from omegaconf import OmegaConf
-
-    try:
-        return OmegaConf.to_container(cfg, resolve=True)
-    except Exception:  # noqa: BLE001 - an unresolvable interpolation: keep the unresolved form
-        return OmegaConf.to_container(cfg, resolve=False)
 
 
 def step_metrics(record) -> dict:
@@ -308,19 +301,8 @@ class SealTrainerMixin:
         return result
 
     def _seal_write_config(self, resumed_from) -> None:
-        cfg = self.config
-        recipe = cfg.get("recipe") or {}
-        self.seal.run_folder.write_config({
-            "trainer": f"verl main_ppo, trainer.v1.trainer_mode={cfg.trainer.v1.get('trainer_mode')}",
-            "variant": recipe.get("variant") if hasattr(recipe, "get") else None,
-            "preset": recipe.get("preset") if hasattr(recipe, "get") else None,
-            "model": cfg.actor_rollout_ref.model.path,
-            "seal": self.seal.cfg.to_dict(),
-            "resumed_from": resumed_from,
-            "resumed_from_step": int(self.global_steps) if resumed_from else None,
-            "faults": list(self.seal_faults),
-            "verl": _resolved(cfg),
-        })
+        record_start(self.seal, self.config, resumed_from=resumed_from, global_steps=int(self.global_steps),
+                     faults=tuple(self.seal_faults))
 
 
 class SealPPOTrainer(SealTrainerMixin, PPOTrainerSync):
