@@ -211,6 +211,15 @@ def _rho_before(run: Run, k: int, parent: Optional[Run]) -> Optional[dict]:
     return st.get("base_rho") if st is not None and k == 1 else None
 
 
+def _rho_after(run: Run, s: int, parent: Optional[Run]) -> Optional[dict]:
+    """rho of the state published after global step ``s`` (0: the initial state, the first step's ``rho_used``)."""
+    if s <= 0:
+        first = run.metrics[0] if run.metrics and int(run.metrics[0]["global_step"]) == 1 else None
+        return first.get("rho_used") if first is not None else _rho_before(run, 1, parent)
+    st = run.states.get(s) or (parent.states.get(s) if parent is not None else None)
+    return st.get("rho") if st is not None else None
+
+
 def _grpo_advantages(rewards: list[float], eps: float = 1e-6) -> list[float]:
     """verl's GRPO outcome advantage of one group (torch.std is the unbiased std; one member -> 0)."""
     if len(rewards) < 2:
@@ -256,12 +265,18 @@ def check_weights(run: Run, rep: Report, parent: Optional[Run], min_nonzero: flo
             if not row.get("excluded"):
                 groups[row["uid"]].append(row)
             w = float(row["w"])
+            # a rollout generated under an earlier step's state (an asynchronous trainer's) has that step's rho
+            own = row.get("state_step")
+            row_rho = rho if own is None or int(own) == k - 1 or not reweighting else _rho_after(run, int(own), parent)
+            if reweighting and row_rho is None:
+                problems.append(f"step {k} {row['task_id']}: ran under the state of step {own}, whose rho is unknown")
+                continue
             if not reweighting:
                 expected = 1.0
             else:
                 p = trajectory_profile(row["labels"], row["abstention"])
                 warm = k - 1 < int(wcfg.get("warmup_steps", 0) or 0)
-                expected = 1.0 if warm else trajectory_weight(p, rho, float(wcfg.get("w_min", 0.5)),
+                expected = 1.0 if warm else trajectory_weight(p, row_rho, float(wcfg.get("w_min", 0.5)),
                                                                float(wcfg.get("w_max", 2.0)))
             if abs(w - expected) > W_TOL:
                 problems.append(f"step {k} {row['task_id']}: w={w:.5f}, recomputed {expected:.5f} from labels {row['labels']}")
@@ -541,8 +556,11 @@ def check_resume(run: Run, rep: Report, parent: Run) -> None:
             problems.append(f"first resumed step ran under {first.get('active_during')}, parent's final interface {active}")
         if run.switches.get("env_side"):
             for row in run.traces.get(int(first["global_step"]), []):
-                if sorted(row.get("interface_active") or []) != active:
-                    problems.append(f"rollout {row['task_id']} saw interface {row.get('interface_active')}, expected {active}")
+                own = row.get("state_step")  # an async trainer's rollout restored from the checkpoint: its own state
+                st = final if own is None or int(own) == n else parent.states.get(int(own))
+                want = None if st is None else sorted(k for k, on in st["interface"]["active"].items() if on)
+                if want is not None and sorted(row.get("interface_active") or []) != want:
+                    problems.append(f"rollout {row['task_id']} saw interface {row.get('interface_active')}, expected {want}")
                     break
         st = run.states.get(int(first["global_step"]))
         if st is not None and not _continues(st, final):

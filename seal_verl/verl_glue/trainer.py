@@ -1,7 +1,21 @@
-"""The SEAL V1 trainer: verl's synchronous V1 trainer plus SEAL's trainer side.
+"""The SEAL V1 trainers: verl's V1 trainers plus SEAL's trainer side (:class:`SealTrainerMixin`).
 
-Registered as ``trainer.v1.trainer_mode=seal`` (``verl.trainer.ppo.v1.register_trainer``). It differs from
-``PPOTrainerSync`` in overridden methods of ``verl/trainer/ppo/v1/trainer_base.py:PPOTrainer``:
+Registered with ``verl.trainer.ppo.v1.register_trainer``, one per verl mode they extend:
+
+- ``trainer.v1.trainer_mode=seal``: verl's synchronous trainer (``sync``);
+- ``seal_colocate_async``: ``colocate_async`` (rollout and training on the same GPUs, generation paused for the
+  update and resumed after it, partial rollouts kept);
+- ``seal_separate_async``: ``separate_async`` (a rollout pool of its own, the trainer's GPUs lent to it when idle).
+
+Under the asynchronous modes verl trains a step on rollouts that may have been generated under the state of an
+earlier step (at most ``trainer.v1.sampler.max_off_policy_threshold`` steps behind). Every rollout carries the
+global step of the closed-loop state it ran under (its cues came from that state; its labels are the verifier's,
+from its own trace), the driver weights it with that step's rho and keeps as many steps' rho as the bound allows
+(``driver.history_for``), and the closed loop counts it once, in the step that trains it. verl's async ``step()``
+samples one or more mini-batches (``parameter_sync_step``), each through ``_compute_advantage``, so a step's
+rollouts reach the driver in several parts before the step closes.
+
+The mixin overrides these methods of ``verl/trainer/ppo/v1/trainer_base.py:PPOTrainer``:
 
 - ``_compute_advantage``: reads the batch's rollouts from TransferQueue once (``batch_read.TQReader``: the reward
   extras verl's agent-loop workers put into ``extra_fields['reward_extra_info']``, decoded once), runs the SEAL
@@ -41,6 +55,8 @@ import os
 import numpy as np
 
 from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from seal_verl.core import extras as X
@@ -49,8 +65,8 @@ from seal_verl.verl_glue import compat, state_actor
 from seal_verl.verl_glue.advantage import SealWiringError
 from seal_verl.verl_glue.batch_read import (AGENT_LOOP_TIMERS, SYNC_PAIRS, TQReader, as_list, reward_extras,
                                             tq_advantages, unpadded_rows)
-from seal_verl.verl_glue.config import SEAL_TRAINER_MODES, check_run_config, estimator_name
-from seal_verl.verl_glue.driver import SealDriver, resume_folder
+from seal_verl.verl_glue.config import SEAL_TRAINER_MODES, check_run_config, estimator_name, staleness_bound
+from seal_verl.verl_glue.driver import SealDriver, history_for, resume_folder
 from seal_verl.verl_glue.multinode import check_multinode
 from seal_verl.verl_glue.probe import CueEffectProbe, ProbeOutput, stamp, uid_of_key
 from seal_verl.verl_glue.probe import sampling as probe_sampling
@@ -104,7 +120,8 @@ class SealTrainerMixin:
         # Behave exactly like the base mode wherever verl compares trainer_mode with "sync".
         compat.run_as_trainer_mode(self, self.seal_base_mode)
         self.seal_adv_estimator = estimator_name(self.config.algorithm.adv_estimator)
-        self.seal = SealDriver(seal_cfg, actor=state_actor.actor_coordinates(config))
+        self.seal = SealDriver(seal_cfg, actor=state_actor.actor_coordinates(config),
+                               history=history_for(staleness_bound(config)))
         self.seal_probe = CueEffectProbe(seal_cfg)
         self._seal_reader = TQReader(run_folder=self.seal.run_folder is not None)
         self._seal_task_rows: dict | None = None
@@ -312,8 +329,23 @@ class SealPPOTrainer(SealTrainerMixin, PPOTrainerSync):
     __seal_trainer__ = True
 
 
+class SealPPOTrainerColocateAsync(SealTrainerMixin, PPOTrainerColocateAsync):
+    """``trainer.v1.trainer_mode=seal_colocate_async``: verl's ``colocate_async`` plus SEAL's trainer side."""
+
+    seal_base_mode = "colocate_async"
+    __seal_trainer__ = True
+
+
+class SealPPOTrainerSeparateAsync(SealTrainerMixin, PPOTrainerSeparateAsync):
+    """``trainer.v1.trainer_mode=seal_separate_async``: verl's ``separate_async`` plus SEAL's trainer side."""
+
+    seal_base_mode = "separate_async"
+    __seal_trainer__ = True
+
+
 #: trainer_mode name -> class; the plugin registers these with verl.
-SEAL_TRAINERS = {"seal": SealPPOTrainer}
+SEAL_TRAINERS = {"seal": SealPPOTrainer, "seal_colocate_async": SealPPOTrainerColocateAsync,
+                 "seal_separate_async": SealPPOTrainerSeparateAsync}
 
 
 def register() -> None:

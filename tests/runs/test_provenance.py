@@ -4,7 +4,7 @@ check`` / ``seal-verl report`` show it.
 - the format: a record missing any field (or a field's required part) fails the check, naming the field;
 - the collector: from a verl config with a local model folder and data files, the model's and data's hashes are
   the files' own, the seeds and overrides are the config's and the command's, the commit is this checkout's;
-- the paths: the V1 trainer (``seal``) and the legacy trainer through their real
+- the paths: the V1 trainers (``seal`` and ``seal_colocate_async``) and the legacy trainer through their real
   checkpoint-load hooks, and ``seal-verl dry-run``; a run resumed into the same folder keeps the earlier record.
 """
 
@@ -152,7 +152,7 @@ def _v1_config(mode, run_dir):
     return cfg
 
 
-@pytest.mark.parametrize("mode", ["seal"])
+@pytest.mark.parametrize("mode", ["seal", "seal_colocate_async"])
 def test_the_v1_trainers_write_it_at_start(tmp_path, ray_local, mode):
     """verl's ``_load_checkpoint`` runs once before the first rollout (fresh or resumed); the SEAL trainers write
     ``config.json`` and ``provenance.json`` there."""
