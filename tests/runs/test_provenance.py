@@ -127,17 +127,6 @@ def test_a_resumed_run_keeps_the_earlier_launch(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ the paths
 
-@pytest.fixture(scope="module")
-def ray_local():
-    ray = pytest.importorskip("ray")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="seal_test_provenance")
-    yield ray
-    if started:
-        ray.shutdown()
-
-
 def _v1_config(mode, run_dir):
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
@@ -153,9 +142,9 @@ def _v1_config(mode, run_dir):
 
 
 @pytest.mark.parametrize("mode", ["seal", "seal_colocate_async"])
-def test_the_v1_trainers_write_it_at_start(tmp_path, ray_local, mode):
+def test_the_v1_trainers_write_it_at_start(tmp_path, mode):
     """verl's ``_load_checkpoint`` runs once before the first rollout (fresh or resumed); the SEAL trainers write
-    ``config.json`` and ``provenance.json`` there."""
+    ``config.json`` and ``provenance.json`` there (no Ray here: the state is published to no one)."""
     import verl  # noqa: F401  (the seal plugin registers the trainers)
     from verl.trainer.ppo.v1 import get_trainer_cls
 
@@ -169,7 +158,7 @@ def test_the_v1_trainers_write_it_at_start(tmp_path, ray_local, mode):
     assert rec["launch"]["command"]
 
 
-def test_the_legacy_trainer_writes_it_at_start(tmp_path, ray_local):
+def test_the_legacy_trainer_writes_it_at_start(tmp_path):
     import verl  # noqa: F401  (the seal plugin wraps the legacy trainer's hooks)
     from omegaconf import OmegaConf
     from verl.trainer.ppo import ray_trainer
