@@ -287,7 +287,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from . import env_vars
+
     args = build_parser().parse_args(argv)
+    env_vars.check_or_exit("seal-verl")  # a bad SEAL_ setting is one line and exit 2, before any work
     try:
         return args.func(args)
     except UsageError as exc:

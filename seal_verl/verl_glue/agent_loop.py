@@ -95,8 +95,14 @@ import numpy as np
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 from verl.utils.profiler import simple_timer
 
+from seal_verl import env_vars
+
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "WARN"))
+
+# The project's SEAL_ settings, parsed when a rollout worker imports the loops: a bad value stops it with one line
+# naming its variable, before any rollout runs under it.
+env_vars.check()
 
 #: Registered names: training (SEAL interface on) and evaluation (no interface), for any environment ...
 GENERIC_TRAIN_LOOP = "seal_env"

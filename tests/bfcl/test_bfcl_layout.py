@@ -1,9 +1,11 @@
-"""The layout of ``env_wrappers/bfcl/``: three rooms, no import cycle, no import of the command line, and a
-sandbox whose failures are told apart by type, not by the text of a message.
+"""The layout of ``env_wrappers/bfcl/``: four rooms that import only the rooms below them, no import cycle, no
+import of the command line, and a sandbox whose failures are told apart by type, not by the text of a message.
 
-- the environment (tasks, calls, backends, the episode, prompts, data preparation, the verifier, the judge),
-  the sandbox (worker, pool, client, memory probes, fault injection) and the evaluation (client, result
-  files, runner, scoring) are subpackages, and no module sits loose beside them;
+- the tools (bfcl-eval's class map, calls, backends), the sandbox (worker, limits, slots, resets, judges, pool,
+  client, memory probes, fault injection), the environment (tasks, the episode, prompts, data preparation, the
+  verifier, the judge) and the evaluation (client, result files, runner, scoring) are subpackages, and no module
+  sits loose beside them; the tools and the sandbox import only the rooms before them in that order (the
+  sandbox nothing of the environment);
 - no module under ``env_wrappers/`` imports ``seal_verl.cli`` or a sibling of it (``seal_verl.cli_*``): an
   environment's subcommands share only ``seal_verl.usage`` with the command line;
 - the modules of ``env_wrappers.bfcl`` import each other without a cycle (every import counts, also one
@@ -25,10 +27,11 @@ from _paths import REPO
 
 ROOT = Path(REPO)
 PACKAGE = "env_wrappers.bfcl"
+#: the rooms from the bottom up: each imports only the rooms before it
 ROOMS = {
-    "environment": {"tasks", "calls", "backends", "env", "environment", "verifier", "judge", "prompts",
-                    "prepare_data"},
-    "sandbox": {"worker", "pool", "client", "memory", "faults"},
+    "tools": {"classes", "calls", "backends"},
+    "sandbox": {"worker", "limits", "slots", "resets", "judges", "pool", "client", "memory", "faults"},
+    "environment": {"tasks", "env", "environment", "verifier", "judge", "prompts", "prepare_data"},
     "evaluation": {"openai_http", "result_files", "runner", "scoring", "commands"},
 }
 #: Strings that named a kind of worker failure where a typed exception should: the marker the judge side once
@@ -153,6 +156,24 @@ def layout_problems(root: Path = ROOT) -> list[str]:
     return problems
 
 
+def upward_imports(root: Path = ROOT) -> list[str]:
+    """``module -> imported`` for every import of a room above the importing module's room (``ROOMS`` order)."""
+    order = {room: i for i, room in enumerate(ROOMS)}
+
+    def room_of(module: str):
+        parts = module.split(".")
+        return parts[2] if len(parts) > 2 and module.startswith(PACKAGE + ".") and parts[2] in order else None
+
+    out = []
+    for name, targets in sorted(import_graph(root).items()):
+        mine = room_of(name)
+        for target in sorted(targets):
+            theirs = room_of(target)
+            if mine is not None and theirs is not None and order[theirs] > order[mine]:
+                out.append(f"{name} -> {target}")
+    return out
+
+
 def cli_imports(root: Path = ROOT) -> list[str]:
     """``module -> imported`` for every import of ``seal_verl.cli`` or ``seal_verl.cli_*`` under env_wrappers."""
     known = _modules(root, "env_wrappers")
@@ -213,8 +234,15 @@ def message_matches(root: Path = ROOT) -> list[str]:
 
 # -------------------------------------------------------------------------------------------------- tests
 
-def test_bfcl_has_three_rooms_and_nothing_outside_them():
+def test_bfcl_has_four_rooms_and_nothing_outside_them():
     assert layout_problems() == []
+
+
+def test_the_tools_and_the_sandbox_import_no_room_above_them():
+    """The sandbox imports nothing from the environment (it once took the backends' private class lookup, and
+    restated bfcl-eval's class map beside it); the tools import neither. (The environment still reaches the
+    evaluation room for its subcommands, lazily: that edge is not this test's.)"""
+    assert [e for e in upward_imports() if e.startswith((f"{PACKAGE}.tools", f"{PACKAGE}.sandbox"))] == []
 
 
 def test_no_environment_module_imports_the_command_line():
@@ -261,6 +289,7 @@ def test_the_checks_find_what_they_look_for(tmp_path):
     for folder in (tmp_path / "env_wrappers", pkg):
         (folder / "__init__.py").write_text("")
     assert layout_problems(tmp_path) == [] and cli_imports(tmp_path) == [] and message_matches(tmp_path) == []
+    assert upward_imports(tmp_path) == []
     (pkg / "loose.py").write_text("")
     (pkg / "sandbox" / "worker.py").write_text(
         "from ..environment import verifier\n"
@@ -272,6 +301,8 @@ def test_the_checks_find_what_they_look_for(tmp_path):
     assert layout_problems(tmp_path) == [f"{PACKAGE} has a module outside the rooms: loose.py"]
     assert cli_imports(tmp_path) == [f"{PACKAGE}.environment.verifier -> seal_verl.cli_checks"]
     assert cycles(import_graph(tmp_path)) == [[f"{PACKAGE}.environment.verifier", f"{PACKAGE}.sandbox.worker"]]
+    assert upward_imports(tmp_path) == [f"{PACKAGE}.sandbox.worker -> {PACKAGE}.environment",
+                                        f"{PACKAGE}.sandbox.worker -> {PACKAGE}.environment.verifier"]
     assert sorted(message_matches(tmp_path)) == [f"{PACKAGE}.evaluation.runner:2", f"{PACKAGE}.sandbox.worker:3"]
 
 

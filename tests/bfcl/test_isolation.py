@@ -26,7 +26,7 @@ import time
 
 import pytest
 
-from env_wrappers.bfcl.environment.backends import is_timeout_result
+from env_wrappers.bfcl.tools.backends import is_timeout_result
 from env_wrappers.bfcl.environment.env import BFCLEnv
 from env_wrappers.bfcl.environment.judge import judge_trace
 from env_wrappers.bfcl.environment.tasks import load_tasks
@@ -182,7 +182,7 @@ def test_verifier_does_not_rerun_a_call_the_rollout_recorded_as_timed_out(tasks)
 import os  # noqa: E402
 import signal  # noqa: E402
 
-from env_wrappers.bfcl.environment.backends import ERROR_PREFIX, MAX_RESULT_CHARS  # noqa: E402
+from env_wrappers.bfcl.tools.backends import ERROR_PREFIX, MAX_RESULT_CHARS  # noqa: E402
 from env_wrappers.bfcl.sandbox import pool as sandbox_pool  # noqa: E402
 from env_wrappers.bfcl.sandbox.client import IsolatedBackends  # noqa: E402
 

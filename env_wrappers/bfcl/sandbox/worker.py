@@ -16,7 +16,7 @@ import gc
 import threading
 import time
 
-from ..environment.backends import Backends
+from ..tools.backends import Backends
 from . import faults
 from .memory import anon_bytes, footprint, free_heap, free_memory, keep_freed_memory, mapped_bytes
 
