@@ -139,6 +139,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     except ReportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    for line in rep.notes:
+        print(f"note: {line}", file=sys.stderr)
     for line in rep.warnings:
         print(f"warning: {line}", file=sys.stderr)
     print(rep.text)

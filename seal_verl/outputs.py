@@ -86,10 +86,10 @@ class Contents:
 
     def summary(self) -> str:
         parts = []
-        if self.results:
-            parts.append("the results of an earlier run (" + _names(self.results) + ")")
         if self.model:
             parts.append("a model (" + _names(self.model) + ")")
+        if self.results:
+            parts.append("the results of an earlier run (" + _names(self.results) + ")")
         if self.other:
             parts.append("files this command did not write (" + _names(self.other) + ")")
         return " and ".join(parts)
@@ -115,8 +115,8 @@ def survey(path: str, reusable: Callable[[str], bool] = lambda name: False) -> C
     for name in names:
         if reusable(name):
             out.reusable.append(name)
-        elif name in MODEL_MARKERS or name.endswith(".safetensors") or (weights and name == "config.json"):
-            out.model.append(name)
+        elif weights and (name == "config.json" or not RF.is_result(name)):
+            out.model.append(name)  # a folder with weights: its config, tokenizer and template are the model's
         elif RF.is_result(name):
             out.results.append(name)
         else:

@@ -194,6 +194,10 @@ class DryRun:
                              response_length=cfg.response_length, seal=seal_section, reward_path=reward_fn_path(cfg.env),
                              reward_kwargs=reward_kwargs)
         seal_cfg = parse_seal_config(config.seal)
+        from seal_verl.core.settings import paper_departures
+
+        for line in paper_departures(seal_cfg, cfg.preset):
+            self._log(f"[dry-run] {line}")
         driver = SealDriver(seal_cfg, actor=None)  # in-process: the agent loops read the state directly
         set_state_source(lambda step: driver.state)
 
@@ -213,7 +217,7 @@ class DryRun:
         folder = RF.RunFolder(out)
         writer = StepWriter(folder)
         folder.write_config({"dry_run": {k: v for k, v in asdict(cfg).items()}, "seal": seal_cfg.to_dict(),
-                             "reward_kwargs": reward_kwargs, "model": model})
+                             "reward_kwargs": reward_kwargs, "model": model, "preset": cfg.preset})
         self._log(f"[dry-run] set-up {time.time() - t0:.1f} s (model {model})")
 
         rows: list[dict] = []

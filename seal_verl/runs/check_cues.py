@@ -93,13 +93,14 @@ def check_cue_effect(run: Any, rep: Any) -> None:
     if not probed and not problems:
         rep.add("effect", True, "no cue kind was on at any step: nothing to measure")
         return
-    last_row = probed[-1]["cue_effect"] if probed else None
+    if problems:
+        rep.add("effect", False, "; ".join(problems[:6]) + (f" (+{len(problems) - 6} more)" if len(problems) > 6 else ""))
+        return
     detail = (f"{len(probed)} probe(s) at steps {[r['global_step'] for r in probed]}, numbers recomputed from their "
-              f"rollouts at the run's confidence {cfg.confidence:g}; last: {short_line(last_row['effects'])}"
-              if last_row else "")
+              f"rollouts at the run's confidence {cfg.confidence:g}; last: {short_line(probed[-1]['cue_effect']['effects'])}")
     if retired:
         detail += "; retired as expected: " + ", ".join(f"{kind} at step {k}" for kind, k in retired.items())
-    rep.add("effect", not problems, "; ".join(problems[:6]) or detail)
+    rep.add("effect", True, detail)
 
 
 def _same(recorded: Any, value: float) -> bool:

@@ -138,6 +138,18 @@ def test_the_shell_interface(tmp_path):
     assert bad.returncode == 2 and "invalid choice" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_every_file_of_a_run_folder_gets_the_same_mode(tmp_path):
+    """Round 4: files written whole were 0600 (mkstemp's mode), files appended to 0644."""
+    old = os.umask(0o022)
+    try:
+        _write_run(str(tmp_path))
+        RF.write_timing(str(tmp_path), {"exit_code": 0})
+    finally:
+        os.umask(old)
+    modes = {name: oct(os.stat(tmp_path / name).st_mode & 0o777) for name in os.listdir(tmp_path)}
+    assert set(modes.values()) == {"0o644"}, modes
+
+
 def test_nothing_in_the_package_deletes_a_run_folders_files():
     """The clean-up that emptied run folders is gone: every writer claims its folder (seal_verl.outputs)."""
     assert not hasattr(RF, "clean") and not hasattr(RF, "used")

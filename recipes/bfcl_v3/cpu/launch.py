@@ -284,7 +284,7 @@ def run_main_ppo(recipe: Recipe, s: Settings, model: str, extra: list, env: dict
         if s.verbose:
             _follow(log, proc)
         else:
-            watch(s.out, log, s.steps, proc.pid)
+            watch(s.out, log, s.steps, running=lambda: proc.poll() is None)
         return proc.wait()
     finally:
         for sig, handler in old.items():
