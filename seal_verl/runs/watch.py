@@ -337,6 +337,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--interval", type=float, default=2.0, help="seconds between polls (default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar, only the step lines")
     args = p.parse_args(argv)
+    from seal_verl import env_vars
+
+    env_vars.check_or_exit("run_watch")
     if not os.path.isdir(args.run_dir):
         print(f"run_watch: error: no run folder {args.run_dir}", file=sys.stderr)
         return 2

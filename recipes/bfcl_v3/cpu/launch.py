@@ -310,7 +310,10 @@ def launch(recipe: Recipe, extra: list, venv_seconds: int = 0, env: Optional[dic
 
     env = dict(os.environ if env is None else env)
     env_vars.check_or_exit(recipe.say, env)
-    say = lambda text: print(f"[{recipe.say}] {text}", flush=True)  # noqa: E731
+
+    def say(text: str) -> None:
+        print(f"[{recipe.say}] {text}", flush=True)
+
     t0 = time.time()
     try:
         s = read_settings(recipe, env)
@@ -384,7 +387,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"{recipe.say}: error: {exc}", file=sys.stderr)
             return 2
         return 0
-    return launch(recipe, args.overrides, args.venv_seconds)
+    try:
+        return launch(recipe, args.overrides, args.venv_seconds)
+    except KeyboardInterrupt:  # during the preparation (main_ppo's own is passed on, see run_main_ppo)
+        print(f"[{recipe.say}] interrupted; what was written stays in the run folder", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
