@@ -67,16 +67,22 @@ def _run(tmp_path, steps: list[dict], seal: dict, **config) -> str:
     return path
 
 
+def _seal(**cue_effect) -> dict:
+    """The ``seal`` section of a config.json (every default), with these cue-effect settings."""
+    seal = SealSettings().to_dict()
+    seal["cue_effect"].update(cue_effect)
+    return seal
+
+
 def _effect(path) -> tuple[bool, str]:
     rep = CHECK.Report()
     run = CHECK.Run(path)
-    assert run.settings is not None, run.config_problem
     CHECK.check_cue_effect(run, rep)
     (_name, ok, detail), = rep.items
     return ok, detail
 
 
-PROBE_ON = SealSettings.from_dict({"cue_effect": {"every": 1}}).to_dict()
+PROBE_ON = _seal(every=1)
 HURTS = {ce.CURRENT: [0, 0, 0, 0, 0, 0], ce.NONE: [1, 1, 1, 1, 1, 1]}
 
 
@@ -125,7 +131,7 @@ def test_the_interval_is_recomputed_at_the_runs_confidence(tmp_path):
 def test_a_retired_kind_is_expected_off_and_said(tmp_path, capsys):
     """Round 4: every run in which ``retire`` retired a kind failed its check (the step ran without the kind the
     probe had measured); retirement was never announced."""
-    retiring = SealSettings.from_dict({"cue_effect": {"every": 1, "retire": True, "retire_after": 1}}).to_dict()
+    retiring = _seal(every=1, retire=True, retire_after=1)
     probe = _probe(1, [CF], HURTS, 0.95, retire_after=1)
     assert probe[0]["retired"] == [CF]
     steps = [{"active": [], "probe": probe}, {"active": []}]
@@ -146,7 +152,7 @@ def test_a_retired_kind_is_expected_off_and_said(tmp_path, capsys):
 
 
 def test_retire_under_the_paper_preset_is_said(tmp_path, capsys):
-    retiring = SealSettings.from_dict({"cue_effect": {"every": 1, "retire": True}}).to_dict()
+    retiring = _seal(every=1, retire=True)
     path = _run(tmp_path, [{"active": []}], retiring, preset="paper")
     rep = CHECK.check_run(path)
     assert any("leaves the paper's settings" in n for n in rep.notes) and "[NOTE]" in rep.text()
@@ -217,7 +223,8 @@ def test_a_run_with_fault_injection_never_passes(tmp_path, monkeypatch):
 def test_an_exit_code_that_is_a_string_is_named(tmp_path):
     """Round 4: ``"exit_code": "0"`` gave ``[FAIL] exit main_ppo exit code 0``."""
     path = _run(tmp_path, [], SealSettings().to_dict())
-    RF.write_timing(path, {"exit_code": "0", "main_ppo_s": 3})
+    with open(os.path.join(path, RF.TIMING), "w") as fh:
+        json.dump({"exit_code": "0", "main_ppo_s": 3}, fh)
     rep = CHECK.Report()
     CHECK.check_exit(CHECK.Run(path), rep)
     assert not rep.ok and "exit_code is '0', not an exit status" in rep.items[0][2]

@@ -13,7 +13,6 @@ import sys
 import pytest
 
 from _paths import REPO
-from seal_verl import outputs
 from seal_verl.runs import folder as RF
 
 
@@ -45,6 +44,8 @@ def _a_finished_run(path) -> dict:
 
 
 def test_claim_refuses_results_and_moves_them_aside_only_with_consent(tmp_path):
+    from seal_verl import outputs
+
     run = tmp_path / "seal_s1"
     before = _a_finished_run(run)
     with pytest.raises(outputs.OutputRefused, match=r"holds the results of an earlier run .*FORCE=1 moves them aside "
@@ -59,6 +60,8 @@ def test_claim_refuses_results_and_moves_them_aside_only_with_consent(tmp_path):
 
 
 def test_what_a_command_may_reuse_is_kept_and_anything_else_is_named(tmp_path):
+    from seal_verl import outputs
+
     folder = tmp_path / "prepared"
     (folder / "data").mkdir(parents=True)
     (folder / "prepare.json").write_text("{}")
@@ -76,6 +79,8 @@ def test_what_a_command_may_reuse_is_kept_and_anything_else_is_named(tmp_path):
 
 @pytest.mark.parametrize("where", ["same", "inside", "around"])
 def test_an_output_is_never_an_input_whatever_force_says(tmp_path, where):
+    from seal_verl import outputs
+
     model = tmp_path / "models" / "warm"
     model.mkdir(parents=True)
     (model / "model.safetensors").write_bytes(b"w")
@@ -86,6 +91,8 @@ def test_an_output_is_never_an_input_whatever_force_says(tmp_path, where):
 
 
 def test_a_live_holder_keeps_the_folder_and_a_dead_one_is_taken_over(tmp_path):
+    from seal_verl import outputs
+
     folder = str(tmp_path / "run")
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from seal_verl import outputs; "
                                "outputs.claim(sys.argv[1], 'the first run'); print('held', flush=True); "
@@ -105,6 +112,8 @@ def test_a_live_holder_keeps_the_folder_and_a_dead_one_is_taken_over(tmp_path):
 
 def test_a_lock_of_a_reused_pid_is_not_the_holders(tmp_path):
     """A lock names its holder's start time too: a later process with the same pid does not hold it."""
+    from seal_verl import outputs
+
     folder = tmp_path / "run"
     folder.mkdir()
     with open(folder / outputs.LOCK, "w") as fh:
@@ -177,6 +186,8 @@ def test_a_warm_start_stage_never_writes_into_its_base(tmp_path):
 def test_a_warm_start_stage_refuses_a_folder_that_is_not_its_own_cache(tmp_path):
     """A folder holding a model the pipeline did not build (no record of its own) is refused; with --force it is
     moved aside before the stage writes anything."""
+    from seal_verl import outputs
+
     from seal_verl.models.warm_start import pipeline as P
     from seal_verl.models.warm_start.target import WarmStartError
     from seal_verl import dry_run as D
@@ -201,6 +212,8 @@ def test_make_dry_run_passes_force_on():
 
 
 def test_moved_aside_names_are_unique_within_a_second(tmp_path):
+    from seal_verl import outputs
+
     path = tmp_path / "run"
     path.mkdir()
     names = set()
