@@ -356,6 +356,7 @@ def step_files(path: str) -> StepFiles:
 def steps_going_back(global_steps: list) -> Optional[str]:
     """A line when the global steps of ``metrics.jsonl`` go back (a step not after the one before it): a second
     run appended to the folder, or a run resumed from an earlier checkpoint than its last step. None otherwise."""
+    global_steps = [k for k in global_steps if isinstance(k, int) and not isinstance(k, bool)]  # others: damage
     back = [b for a, b in zip(global_steps, global_steps[1:]) if b <= a]
     if not back:
         return None

@@ -72,6 +72,23 @@ def test_a_second_run_with_the_same_seed_refuses_then_says_where_the_first_went(
     assert RF.METRICS not in os.listdir(out) and RF.PREPARE in os.listdir(out)
 
 
+def test_a_run_resumed_in_its_own_folder_continues_it_and_another_folder_is_claimed(tiny, tmp_path):
+    """RESUME_FROM inside OUT continues that run's results (nothing refused, nothing moved); resumed into another
+    folder, that folder is claimed like any other (an earlier run there was appended to before)."""
+    out = tmp_path / "seal"
+    before = _finished_run(out)
+    ckpt = out / RF.CHECKPOINTS / "global_step_3"
+    ckpt.mkdir(parents=True)
+    proc = _script("bfcl", tmp_path, OUT=str(out), PREPARE_ONLY="1", SEAL_CPU_MODEL=tiny, RESUME_FROM=str(ckpt))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert set(before) <= set(os.listdir(out))
+    other = tmp_path / "other"
+    other_before = _finished_run(other)
+    proc = _script("bfcl", tmp_path, OUT=str(other), PREPARE_ONLY="1", SEAL_CPU_MODEL=tiny, RESUME_FROM=str(ckpt))
+    assert proc.returncode == 2 and "holds the results of an earlier run" in proc.stderr
+    assert sorted(os.listdir(other)) == other_before
+
+
 def test_out_pointed_at_a_model_folder_keeps_the_model(tiny, tmp_path):
     """Round 4: ``OUT=`` pointed at a model folder removed its config.json and checkpoints/."""
     model = tmp_path / "someone"

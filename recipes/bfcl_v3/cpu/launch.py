@@ -318,11 +318,13 @@ def launch(recipe: Recipe, extra: list, venv_seconds: int = 0, env: Optional[dic
     try:
         s = read_settings(recipe, env)
         model, inputs = choose_model(recipe, s, say)
-        # a resumed run continues the results in its folder (its checkpoint is usually in it)
+        # a run resumed from a checkpoint in its own folder continues the results there; resumed into another
+        # folder, that folder is claimed like any other
+        own = bool(s.resume_from) and os.path.realpath(s.resume_from).startswith(os.path.realpath(s.out) + os.sep)
         claim = outputs.claim(s.out, f"{recipe.say} (variant {s.variant}, seed {s.seed})",
                               reusable=lambda name: name in PREPARED, force=s.force, force_hint="FORCE=1",
-                              other_hint="OUT=<another folder>", inputs=inputs, keep_results=bool(s.resume_from),
-                              option="OUT")
+                              other_hint="OUT=<another folder>", keep_results=own, option="OUT",
+                              inputs=inputs + ([s.resume_from] if s.resume_from and not own else []))
     except (Refused, outputs.OutputRefused) as exc:
         print(f"{recipe.say}: error: {exc}", file=sys.stderr)
         return 2
