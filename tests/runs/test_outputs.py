@@ -160,6 +160,21 @@ def test_cue_reading_never_writes_into_the_model(tmp_path):
     assert _files(model) == before
 
 
+def test_cue_effect_verifies_the_model_it_measures(tmp_path):
+    """Round 4: ``make cue-effect`` never verified the model's build.json."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(os.path.join(REPO, "recipes", "ledger_cpu", "model"), model)
+    data = bytearray((model / "model.safetensors").read_bytes())
+    data[-16384:] = bytes(16384)
+    (model / "model.safetensors").write_bytes(bytes(data))
+    proc = subprocess.run([sys.executable, "-m", "seal_verl.models.warm_start.cue_reading", "measure", str(model)],
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=REPO))
+    assert proc.returncode == 2 and "model.safetensors differs from the model as built" in proc.stderr, \
+        proc.stderr[-2000:]
+
+
 @pytest.mark.parametrize("samples", ["0", "1000000"])
 def test_cue_reading_samples_are_bounded(samples, tmp_path):
     """Round 4: ``--samples 1000000`` reached 3.7 GB before a MemoryError traceback."""
