@@ -59,9 +59,9 @@ from typing import Any, Optional
 
 from env_wrappers.registry import get_environment
 from seal_verl import env_vars
+from seal_verl.core import extras as X
 from seal_verl.core import taxonomy as tx
 from seal_verl.core.diagnosis import diagnose
-from seal_verl.core.profile import trajectory_profile
 from seal_verl.core.settings import RewardOptions
 from seal_verl.core.trace import Trace
 
@@ -73,17 +73,14 @@ __all__ = ["compute_score", "grade", "parse_options", "TRACE_KEY", "TASK_ID_KEY"
            "DEFAULTS", "RewardOptions"]
 
 #: ``extra_info`` key of the rollout's trace (``Trace.to_json()``), set by the agent loop's extra_fields.
-TRACE_KEY = "seal_trace"
+TRACE_KEY = X.TRACE
 #: ``extra_info`` key of the task id (written by ``prepare-data``; the trace carries it too).
-TASK_ID_KEY = "task_id"
+TASK_ID_KEY = X.ROW_TASK_ID
 #: ``extra_info`` key (and ``trace.meta`` key) naming the row's environment.
 ENV_KEY = "env"
-PROFILE_PREFIX = "seal_p_"
-#: The keys every call returns, in order.
-RESULT_KEYS: tuple[str, ...] = (
-    "score", "acc", "seal_labels", "seal_abstention", "seal_category", "seal_task_id", "seal_checker_error",
-    "seal_cue_tokens",
-) + tuple(PROFILE_PREFIX + k for k in tx.PROFILE_KEYS)
+PROFILE_PREFIX = X.PROFILE_PREFIX
+#: The keys every call returns, in order (``seal_verl.core.extras``, the contract with the trainer side).
+RESULT_KEYS: tuple[str, ...] = X.KEYS
 
 #: Option defaults as a dict (from :class:`seal_verl.core.settings.RewardOptions`, their one source).
 DEFAULTS: dict[str, Any] = asdict(RewardOptions())
@@ -242,22 +239,10 @@ def grade(data_source: Any = None, solution_str: Any = None, ground_truth: Any =
                        opts["argument_credit"], [getattr(c, "argument_share", None) for c in v.checks])
     else:
         score = 0.0
-    profile = trajectory_profile(labels, abstention)
-    out: dict[str, Any] = {
-        "score": float(score),
-        "acc": float(bool(v.valid)),
-        "seal_labels": json.dumps(labels),
-        "seal_abstention": json.dumps(abstention),
-        "seal_category": str(v.category),
-        "seal_task_id": task_id,
-        "seal_checker_error": float(tx.CHECKER_ERROR in labels),
-        # Cue tokens the training interface added to this rollout (0 without cues): carried to the trainer
-        # with the labels so that it can log cue cost per step.
-        "seal_cue_tokens": cue_tokens,
-    }
-    for key in tx.PROFILE_KEYS:
-        out[PROFILE_PREFIX + key] = float(profile[key])
-    return out
+    # The cue tokens the training interface added (0 without cues) travel with the labels so that the trainer
+    # can log cue cost per step.
+    return X.encode(diagnosis, score=score, acc=float(bool(v.valid)), category=v.category, task_id=task_id,
+                    cue_tokens=cue_tokens)
 
 
 def compute_score(data_source: Any = None, solution_str: Any = None, ground_truth: Any = None,

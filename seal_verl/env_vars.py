@@ -7,8 +7,9 @@ benchmarks, and in verl's workers the reward function and the agent loops): a va
 refuses, or a ``SEAL_`` variable the registry does not know (a misspelt setting would otherwise be ignored),
 ends the command with one line naming it (:class:`SettingError`; exit status 2 from :func:`check_or_exit`).
 
-Fault injection changes results on purpose. A variable registered with ``fault=True`` is refused unless
-``SEAL_ALLOW_FAULTS=1`` is set too (the test suite sets it: tests/conftest.py). When allowed it is announced on
+Fault injection changes results on purpose. A variable registered with ``fault=True`` (``SEAL_BFCL_FAULTS`` in the
+tool and judge workers, ``SEAL_FAULT`` in the trainer) is refused unless ``SEAL_ALLOW_FAULTS=1`` is set too (the test
+suite sets it: tests/conftest.py; a planted-fault run by hand sets it as well). When allowed it is announced on
 every start (:func:`check_or_exit` prints one line per fault on stderr) and recorded wherever a result is
 written: the run folder's ``config.json`` and every ``metrics.jsonl`` row (``faults``), ``timing.json``, and so
 in ``seal-verl check`` (a failed ``faults`` check) and ``seal-verl report``.
@@ -16,12 +17,12 @@ in ``seal-verl check`` (a failed ``faults`` check) and ``seal-verl report``.
 To register a variable, add one :class:`Variable` to ``VARIABLES`` below: its name, a parser (``positive_int``,
 ``boolean``, ``path``, ``text``, ``one_of(...)``, or any function of the text that returns the value or raises
 ``ValueError``; a string ``"module:function"`` is imported only when the variable is set), its default and one
-line saying what it does. A fault hook adds ``fault=True``, for example::
+line saying what it does. A fault hook adds ``fault=True``, as the trainer's planted faults do::
 
-    Variable("SEAL_FAULT_SKIP_WEIGHT_SYNC", boolean, False,
-             "skip the LoRA weight sync on purpose (the planted fault the sync check must catch)", fault=True),
+    Variable("SEAL_FAULT", "seal_verl.verl_glue.compat:parse_faults", None,
+             "faults planted in the trainer on purpose (skip_weight_sync: the check must fail the run)", fault=True),
 
-and reads it with ``value("SEAL_FAULT_SKIP_WEIGHT_SYNC")``. Shell scripts check the environment with
+and reads it with ``value("SEAL_FAULT")`` (the parsed value: here the list of fault names). Shell scripts check the environment with
 ``python -m seal_verl.env_vars PROGRAM`` (exit 2 and the line on a bad value). No import beyond the standard library.
 """
 
@@ -126,6 +127,8 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     # the tool sandbox (env_wrappers/bfcl/sandbox; docs/gpu_training.md, "Tool workers")
     Variable("SEAL_BFCL_FAULTS", "env_wrappers.bfcl.sandbox.faults:parse_spec", None,
              "faults injected into the tool and judge workers (point=kind@place[#selector], ...)", fault=True),
+    Variable("SEAL_FAULT", "seal_verl.verl_glue.compat:parse_faults", None,
+             "faults planted in the trainer on purpose (skip_weight_sync: the check must fail the run)", fault=True),
     Variable("SEAL_BFCL_MAX_TOOL_WORKERS", positive_int, None, "tool workers one process runs at once, at most"),
     Variable("SEAL_BFCL_IDLE_POOL_MB", positive_int, None, "MiB all idle tool workers together may hold"),
     Variable("SEAL_BFCL_TOOL_THREADS", positive_int, None, "threads that step rollouts' tools in one process"),
@@ -149,6 +152,8 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     Variable("SEAL_BFCL_VENV", path, None, "the official bfcl-eval venv of the pipeline test", test=True),
     Variable("SEAL_REQUIRE_BACKBONES", boolean, False, "fail, not skip, without the backbones' files", test=True),
     Variable("SEAL_TAU2", boolean, False, "run the tau2-bench tests", test=True),
+    Variable("SEAL_LORA_TEST_OUT", path, None, "keep the LoRA main_ppo tests' run folders here", test=True),
+    Variable("SEAL_EXPORT_RUN", path, None, "the run folder the export-and-evaluate test exports", test=True),
     Variable("SEAL_NETWORK_LOG", path, None, "where the loopback guard logs connections", test=True),
     Variable("SEAL_RECORDED_ARGV", path, None, "where a test's stand-in launcher records its arguments", test=True),
     Variable("SEAL_SMOKE_DIR", path, None, "smoke_main_ppo.sh's run folder", test=True),

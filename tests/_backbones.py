@@ -14,7 +14,7 @@ import tempfile
 
 import pytest
 
-SOURCES = {"qwen2.5": "dashscope", "toolace2": "llama_models"}
+SOURCES = {"qwen2.5": "dashscope", "qwen3": "dashscope", "toolace2": "llama_models"}
 
 
 def _missing(what: str):

@@ -16,8 +16,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.makedirs(os.environ["BFCL_PROJECT_ROOT"], exist_ok=True)
 
 #: Test modules that start a local Ray cluster (each with TransferQueue and its own state actors).
-RAY_MODULES = frozenset({"test_agent_loop.py", "test_multinode.py", "test_verl_advantage.py", "test_verl_plugin.py",
-                         "test_verl_state.py"})
+RAY_MODULES = frozenset({"test_agent_loop.py", "test_multinode.py", "test_probe_retire.py", "test_verl_advantage.py",
+                         "test_verl_plugin.py", "test_verl_state.py"})
 
 
 def xdist_work_unit(nodeid: str) -> str:

@@ -1,7 +1,7 @@
 # Shared by run_seal.sh, run_grpo.sh and run_ablation.sh (sourced, not executed).
 #
 # Environment:
-#   BACKBONE   qwen2.5-7b (default) | qwen2.5-3b | toolace2-8b
+#   BACKBONE   qwen2.5-7b (default) | qwen2.5-3b | qwen3-4b | qwen3-8b | toolace2-8b
 #   DATA_DIR   the folder `seal-verl prepare-data --out` wrote (train.parquet, eval.parquet, call_format.txt), or
 #              its parent holding one folder per call format (json/, python/): the backbone's is picked.
 #              Default: <repo>/data/bfcl_v3, i.e. data/bfcl_v3/json for Qwen2.5, data/bfcl_v3/python for toolace2-8b

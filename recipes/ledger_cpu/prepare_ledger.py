@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     except OSError as e:
         print(f"error: the model cache {args.models_dir} (SEAL_CPU_MODELS): {e.strerror or e}", file=sys.stderr)
         return 2
-    from seal_verl import dry_run as dr
+    from seal_verl import rollouts
     from seal_verl.models.warm_start import ledger_stages
     from seal_verl.models.warm_start.ledger import ENV
 
@@ -60,11 +60,11 @@ def main(argv=None) -> int:
         except WarmStartError as e:
             print(f"error: warm start: {e}", file=sys.stderr)
             return 2
-    env = dr.environment(ENV)
-    dr.write_parquet(dr.dataset_rows(env.task_ids("train"), "seal_env", "train", "json", env=ENV),
-                     os.path.join(data, "train.parquet"))
-    dr.write_parquet(dr.dataset_rows(env.task_ids("eval"), "env", "eval", "json", env=ENV),
-                     os.path.join(data, "eval.parquet"))
+    env = rollouts.environment(ENV)
+    rollouts.write_parquet(rollouts.dataset_rows(env.task_ids("train"), "seal_env", "train", "json", env=ENV),
+                           os.path.join(data, "train.parquet"))
+    rollouts.write_parquet(rollouts.dataset_rows(env.task_ids("eval"), "env", "eval", "json", env=ENV),
+                           os.path.join(data, "eval.parquet"))
     RF.write_prepare(run_dir, {"model": model, "model_check": checked, "env": ENV})
     print(f"model: {model} ({checked}); data: {data} (train 64 tasks, eval 32 held-out tasks)")
     return 0

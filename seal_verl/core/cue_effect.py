@@ -78,7 +78,8 @@ class CueEffectConfig:
     Attributes:
         every: probe every this many training steps (0 switches the probe off). A step with no cue kind on is
             not probed (there is nothing to compare) and the next step with one is.
-        tasks: training tasks in the probe (a fixed set, drawn once with ``seed``, so probes are comparable).
+        tasks: training tasks in one probe (successive probes of a run rotate over the training set:
+            :func:`pick_tasks`).
         samples: rollouts per task and condition.
         max_rollouts: budget of one probe; when ``tasks x samples x conditions`` exceeds it, fewer tasks are
             probed (never fewer than one). At least ``samples x 7`` (five kinds on: current, none, five drops),
@@ -88,7 +89,7 @@ class CueEffectConfig:
         temperature: sampling temperature of the probe's rollouts, at most :data:`MAX_TEMPERATURE`; null takes
             the training rollouts' (``actor_rollout_ref.rollout.temperature``), so the probe measures the policy
             that trains.
-        seed: draws the probe's tasks.
+        seed: with the run's seed, orders the training set the probes rotate over.
         retire: let the closed loop retire a kind whose effect stays below zero beyond its interval (beyond
             the paper; off by default and in the ``paper`` preset; needs the probe on, ``every`` > 0).
         retire_after: consecutive probes with the whole interval below zero before a kind is retired.
@@ -225,15 +226,30 @@ def alias(conds: dict[str, frozenset]) -> dict[str, str]:
     return {name: first[kinds] for name, kinds in conds.items()}
 
 
-def pick_tasks(task_ids: Sequence[str], cfg: CueEffectConfig, n_conditions: int) -> list[str]:
-    """The probe's tasks: ``cfg.tasks`` of ``task_ids`` drawn with ``cfg.seed`` (the same draw every probe of
-    a run), fewer when the rollout budget asks for it. The order of ``task_ids`` does not matter."""
+def pick_tasks(task_ids: Sequence[str], cfg: CueEffectConfig, n_conditions: int, *, seed: int,
+               probe_index: int) -> list[str]:
+    """The tasks of the ``probe_index``-th probe of a run: ``cfg.tasks`` of ``task_ids`` (fewer when the rollout
+    budget asks for it), rotating over the pool so that successive probes use different tasks and the whole
+    pool is covered before a task comes back.
+
+    The pool is put in one order drawn from ``seed`` and ``cfg.seed`` (the same for every probe of a run, another
+    for another seed); probe ``i`` takes the ``cfg.tasks`` tasks after the first ``i * cfg.tasks`` of that order,
+    wrapping around. Deterministic in (``seed``, ``probe_index``); the order of ``task_ids`` does not matter.
+
+    Args:
+        task_ids: the training tasks.
+        n_conditions: conditions the probe generates (the budget divides among them).
+        seed: the run's seed.
+        probe_index: which probe of the run this is (from 0).
+    """
     pool = sorted(dict.fromkeys(str(t) for t in task_ids))
     if not pool:
         raise ValueError("the cue-effect probe has no training task to draw from")
+    share = min(cfg.tasks, len(pool))
     fit = max(1, cfg.max_rollouts // max(1, cfg.samples * n_conditions))
-    k = min(cfg.tasks, len(pool), fit)
-    return random.Random(cfg.seed).sample(pool, k)
+    order = random.Random(f"{cfg.seed}:{int(seed)}").sample(pool, len(pool))
+    start = int(probe_index) * share
+    return [order[(start + j) % len(pool)] for j in range(min(share, fit))]
 
 
 def wilson_interval(k: int, n: int, z: float) -> tuple[float, float]:

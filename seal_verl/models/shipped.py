@@ -10,8 +10,7 @@ model's own files and ``build.json``:
   change the tokenizer unseen);
 - ``command``: the command that rebuilds the model (the runs' ``REBUILD=1``), and ``built_by``: the git commit of
   the code that built it, the versions of Python, torch and transformers, the date; ``note``: what the model is and
-  which warm start of ``seal_verl.models.warm_start`` built it (``make ship-warm-starts`` passes it; the records shipped
-  before that package existed name the recipe scripts the code then lived in);
+  which warm start of ``seal_verl.models.warm_start`` built it (``make ship-warm-starts`` passes it);
 - ``warm_start``: from the warm start's own record, the fingerprint of its inputs, its settings and its measured
   pass rate; the whole record, without the building machine's paths, is ``warm_start.json`` beside the weights,
   where the runs read it.
@@ -19,6 +18,13 @@ model's own files and ``build.json``:
     python -m seal_verl.models.shipped ship SRC DEST --command "..."   # copy a built model in, record it
     python -m seal_verl.models.shipped verify DEST                     # exit 1 with one line if a file changed
     python -m seal_verl.models.shipped use DEST CACHE                  # verify, copy into a run's cache, print it
+    python -m seal_verl.models.shipped clean-tree                      # exit 1 naming what is not committed
+
+A commit names the code only when the checkout holds nothing else: ``ship`` refuses a checkout with uncommitted
+changes (tracked files that differ from the commit, files git neither tracks nor ignores), and with
+``--allow-dirty`` records each of them in ``built_by.uncommitted`` with the SHA-256 of its bytes (``deleted`` for a
+removed file), so the record still says exactly what built the model. A record shipped without that list carries
+``built_by.checked_against_commit`` instead: what was verified of its build against the commit afterwards.
 
 :func:`check_model` is what every user of a model folder calls (the CPU runs for ``SEAL_CPU_MODEL`` /
 ``LEDGER_MODEL``, the cue-effect measurement): a folder with ``build.json`` is verified against it, a warm start's
@@ -42,7 +48,10 @@ from typing import Callable, Optional
 BUILD_FILE = "build.json"
 #: the files of a model folder that a run reads (weights, config, tokenizer, chat template) and the warm start's record
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-               "chat_template.jinja", "special_tokens_map.json")
+               "chat_template.jinja", "special_tokens_map.json", "adapter_config.json", "adapter_model.safetensors")
+#: what a shipped folder must hold: a whole model's weights and config, or a LoRA adapter's (peft's files; the base
+#: model it adapts is built at set-up, named in the adapter's record)
+WEIGHTS = (("model.safetensors", "config.json"), ("adapter_model.safetensors", "adapter_config.json"))
 WARM_START_RECORD = "warm_start.json"
 #: keys of the warm start's record that hold paths of the machine that built it
 _PATH_KEYS = ("out", "base", "split_file")
@@ -65,16 +74,41 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def _git_commit(repo: str) -> Optional[str]:
+def git_state(repo: str) -> Optional[dict]:
+    """``{"commit": HEAD's hash, "uncommitted": {path: SHA-256 or "deleted"}}`` of the checkout at ``repo``: every
+    tracked file that differs from the commit (staged or not) and every file git neither tracks nor ignores, by
+    its path in the repository. None when ``repo`` is no git checkout (or git is missing)."""
     try:
-        out = subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
+        head = subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        top = subprocess.run(["git", "-C", repo, "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                             timeout=10)
+        status = subprocess.run(["git", "-C", repo, "status", "--porcelain=v1", "-z", "--untracked-files=all"],
+                                capture_output=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
-    if out.returncode != 0:
+    if head.returncode != 0 or top.returncode != 0 or status.returncode != 0:
         return None
-    return out.stdout.strip() + ("+uncommitted changes" if dirty.stdout.strip() else "")
+    root = top.stdout.strip()
+    changed: dict[str, str] = {}
+    entries = iter(status.stdout.decode("utf-8", "surrogateescape").split("\0"))
+    for entry in entries:
+        if len(entry) < 4:
+            continue
+        code, path = entry[:2], entry[3:]
+        if "R" in code or "C" in code:  # a rename or copy: the entry after it is the path it came from
+            source = next(entries, "")
+            if "R" in code and source:
+                changed[source] = "deleted"
+        file = os.path.join(root, path)
+        changed[path] = file_sha256(file) if os.path.isfile(file) else "deleted"
+    return {"commit": head.stdout.strip(), "uncommitted": dict(sorted(changed.items()))}
+
+
+def _dirty_message(state: dict) -> str:
+    paths = list(state["uncommitted"])
+    shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+    return (f"the checkout has uncommitted changes ({shown}): commit them, so that build.json names the code that "
+            "built the model, or pass --allow-dirty to record each changed file's SHA-256")
 
 
 def _versions() -> dict:
@@ -96,10 +130,18 @@ def _scrubbed(record: dict) -> dict:
     return out
 
 
-def ship(src: str, dest: str, command: str, repo: Optional[str] = None, note: str = "") -> dict:
-    """Copy the model of ``src`` into ``dest`` (replacing it) and write ``build.json``; returns the record."""
-    if not os.path.isfile(os.path.join(src, "config.json")):
-        raise ShippedModelError(f"{src} is not a model folder (no config.json)")
+def ship(src: str, dest: str, command: str, repo: Optional[str] = None, note: str = "",
+         allow_dirty: bool = False) -> dict:
+    """Copy the model of ``src`` into ``dest`` (replacing it) and write ``build.json``; returns the record.
+
+    ``repo``: the checkout whose commit built the model (default: the working folder); ``note``: what the model is;
+    ``allow_dirty``: ship from a checkout with uncommitted changes, each recorded with its SHA-256 (without it such
+    a checkout is refused before anything is copied)."""
+    if not any(os.path.isfile(os.path.join(src, cfg)) for _, cfg in WEIGHTS):
+        raise ShippedModelError(f"{src} is not a model or adapter folder (no config.json or adapter_config.json)")
+    state = git_state(repo or os.getcwd())
+    if state and state["uncommitted"] and not allow_dirty:
+        raise ShippedModelError(_dirty_message(state))
     tmp = dest.rstrip("/") + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
@@ -120,8 +162,8 @@ def ship(src: str, dest: str, command: str, repo: Optional[str] = None, note: st
         files[WARM_START_RECORD] = file_sha256(os.path.join(tmp, WARM_START_RECORD))
     build = {
         "command": command,
-        "built_by": dict(commit=_git_commit(repo or os.getcwd()), **_versions(),
-                         date=datetime.date.today().isoformat()),
+        "built_by": dict(commit=state and state["commit"], **_versions(), date=datetime.date.today().isoformat(),
+                         **({"uncommitted": state["uncommitted"]} if state and state["uncommitted"] else {})),
         "note": note,
         "files": files,
         # the whole record is warm_start.json; here what identifies the build and what it measured
@@ -165,7 +207,7 @@ def verify_files(folder: str, files: object, record: str, fix: str,
     Raises:
         ShippedModelError: one line naming the file, ending in ``fix`` (how to repair the folder).
     """
-    if not isinstance(files, dict) or "model.safetensors" not in files or "config.json" not in files \
+    if not isinstance(files, dict) or not any(w in files and c in files for w, c in WEIGHTS) \
             or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
         raise ShippedModelError(f"{os.path.join(folder, record)} records no model files")
     for name in sorted(os.listdir(folder)):
@@ -261,21 +303,32 @@ def main(argv: Optional[list[str]] = None) -> int:
     s.add_argument("dest")
     s.add_argument("--command", required=True, help="the command that rebuilds the model")
     s.add_argument("--note", default="")
+    s.add_argument("--allow-dirty", action="store_true",
+                   help="ship from a checkout with uncommitted changes, recording each changed file's SHA-256")
     v = sub.add_parser("verify", help="check a shipped folder's files against build.json")
     v.add_argument("folder")
     u = sub.add_parser("use", help="check a shipped folder and copy it into a run's model cache; prints the copy")
     u.add_argument("folder")
     u.add_argument("dest")
+    sub.add_parser("clean-tree", help="exit 1 naming the uncommitted changes of the checkout here, if any "
+                   "(before a build that will be shipped)")
     args = p.parse_args(argv)
     from seal_verl import env_vars
 
     env_vars.check_or_exit("shipped")
     try:
         if args.cmd == "ship":
-            build = ship(args.src, args.dest, args.command, note=args.note)
+            build = ship(args.src, args.dest, args.command, note=args.note, allow_dirty=args.allow_dirty)
             print(f"shipped {args.dest}: {len(build['files'])} files, built by {build['built_by']['commit']}")
         elif args.cmd == "use":
             print(use(args.folder, args.dest))
+        elif args.cmd == "clean-tree":
+            state = git_state(os.getcwd())
+            if state is None:
+                raise ShippedModelError("not a git checkout: a shipped model's record could name no commit")
+            if state["uncommitted"]:
+                raise ShippedModelError(_dirty_message(state))
+            print(f"clean: {state['commit']}")
         else:
             verify(args.folder)
             print(f"{args.folder}: every file as shipped")

@@ -27,7 +27,7 @@ import json
 import os
 import sys
 
-from seal_verl.models.backbones.seeded import seeded_init  # noqa: F401 - also importable from here, as before
+from seal_verl.models.backbones.seeded import seeded_init
 
 # Qwen2.5's layout of the special tokens (ids follow the learned vocabulary here, not Qwen's numbering).
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m seal_verl.models.tiny_model", description=__doc__.split("\n")[0])
     parser.add_argument("out_dir", help="folder to write the model and tokenizer to")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--backbone", choices=("qwen2.5", "toolace2"), default=None,
+    parser.add_argument("--backbone", choices=("qwen2.5", "qwen3", "toolace2"), default=None,
                         help="use a GPU backbone's real tokenizer and chat template (seal_verl.models.backbones; needs "
                              "`make backbone-sources`) instead of the small trained one")
     args = parser.parse_args(argv)

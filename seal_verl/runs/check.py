@@ -48,6 +48,8 @@ checks that need the settings are not run on guesses. What is checked:
   actor has moved away from its initial weights beyond the numeric noise (``seal/sync/actor_vs_ref`` > 2 x
   ``seal/sync/rollout_vs_actor``), the rollout's token probabilities closer to the actor's than to the initial
   weights' (what a rollout engine that never received the new weights would show): the sync is real;
+- ``adapter`` (a run that trains a LoRA adapter): the adapter reached the rollout after every sync
+  (``seal_verl.runs.adapter_sync``);
 - ``resume`` (with ``--resumed-from``): the run restarted at the parent's last checkpoint, its first step ran
   under the parent's final interface (Omega) and rho, and the closed-loop history continues the parent's.
 """
@@ -62,6 +64,7 @@ from typing import Optional
 
 from seal_verl.core.settings import SealSettings, paper_departures
 from seal_verl.runs import folder as RF
+from seal_verl.runs.adapter_sync import check_adapter_sync
 from seal_verl.runs.check_cues import EVAL_LOOPS, TRAIN_LOOPS, check_cue_effect, check_cues  # noqa: F401
 from seal_verl.runs.check_sync import (SYNC_DIFF_MAX, SYNC_PEARSON_MIN, _continues, _real_gradient,  # noqa: F401
                                        check_resume, check_sync, history)
@@ -110,10 +113,13 @@ class Run:
     @property
     def faults(self) -> dict:
         """Fault-injection variables the run recorded (its config, its step rows, its timing record)."""
-        found = dict(self.config.get("faults") or {})
-        for row in self.metrics:
-            found.update(row.get("faults") or {})
-        found.update((self.timing or {}).get("faults") or {})
+        found: dict = {}
+        for record in [self.config, *self.metrics, self.timing or {}]:
+            settings = record.get(RF.FAULT_SETTINGS)
+            found.update(settings if isinstance(settings, dict) else {})
+        planted = self.config.get("faults")  # the V1 trainer's list of the faults it planted (SEAL_FAULT)
+        if isinstance(planted, list) and planted:
+            found.setdefault("SEAL_FAULT", ",".join(map(str, planted)))
         return found
 
 
@@ -249,7 +255,7 @@ def check_run(path: str, steps: Optional[int] = None, resumed_from: Optional[str
     if known:
         checks += [("weights", check_weights, (parent, min_nonzero)), ("cues", check_cues, ()),
                    ("effect", check_cue_effect, ())]
-    checks.append(("sync", check_sync, (require_moving_weights, parent)))
+    checks += [("sync", check_sync, (require_moving_weights, parent)), ("adapter", check_adapter_sync, ())]
     if parent is not None:
         checks.append(("resume", check_resume, (parent,)))
     for name, check, args in checks:

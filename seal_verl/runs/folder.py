@@ -20,12 +20,13 @@ Layout (``k`` is verl's global step, from 1, the number the console and the chec
   ``timing.json`` (:class:`Timing`), ``prepare.json`` (:class:`Prepared`), ``main_ppo.log`` (verl's console),
   ``checkpoints/`` (verl's, with ``global_step_N/seal_state.json``).
 
-A run made with a fault-injection variable set (``seal_verl.env_vars``) says so in ``config.json`` and in every
-``metrics.jsonl`` row (``faults``).
+A run made with a fault-injection variable set (``seal_verl.env_vars``) says so in ``config.json``, in every
+``metrics.jsonl`` row and in ``timing.json`` (:data:`FAULT_SETTINGS`: variable -> value; the V1 trainer's own
+``faults`` lists the faults it planted).
 
-Rows are plain JSON objects; the TypedDicts below name their keys for readers and type checkers without changing
-a byte on disk. Readers never fail on a damaged row: a line cut by a crash or a line that is not a JSON object is
-skipped and reported as :class:`Damage` (``runs.jsonl``: the values and lines every file is written and read as).
+Rows are plain JSON objects; their types and their builders are in :mod:`seal_verl.runs.rows`. Readers never fail
+on a damaged row: a line cut by a crash or a line that is not a JSON object is skipped and reported as
+:class:`Damage` (``runs.jsonl``: the lines every file is written and read as).
 """
 
 from __future__ import annotations
@@ -35,10 +36,13 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, TypedDict
+from typing import Any, Iterable, Optional
 
 from seal_verl.atomic import atomic_write_text
-from seal_verl.runs.jsonl import Damage, json_safe, line, read_object, read_rows
+from seal_verl.runs.jsonl import Damage, line, read_object, read_rows
+# The row types and their builders live in ``seal_verl.runs.rows``; named here for the readers of this module.
+from seal_verl.runs.rows import (CueEffect, Prepared, ProbeRow, StateRow, StepRow, Timing, TraceRow,  # noqa: F401
+                                 ValRow, json_safe)
 
 # ------------------------------------------------------------------------------------------------ file names
 
@@ -48,6 +52,8 @@ VALIDATION = "val_traces.jsonl"
 TIMING = "timing.json"
 LOG = "main_ppo.log"
 CHECKPOINTS = "checkpoints"
+#: the key under which config.json, every metrics row and timing.json record the fault-injection variables set
+FAULT_SETTINGS = "fault_settings"
 #: Hydra's own record of the composed config (``hydra.run.dir``)
 HYDRA = "hydra"
 #: the SEAL state inside each of verl's ``global_step_N`` checkpoint folders
@@ -111,143 +117,6 @@ def is_result(name: str) -> bool:
             or any(_step_of(name, kind) is not None for kind in (_TRACES, _STATE, _PROBE)))
 
 
-# ------------------------------------------------------------------------------------------------ rows
-
-#: one cell of the cue effect: mean reward of rollouts with and without a cue kind, their difference and interval
-CueEffect = TypedDict("CueEffect", {"with": float, "without": float, "diff": float, "lo": float, "hi": float,
-                                    "n_with": int, "n_without": int})
-
-
-class TraceRow(TypedDict, total=False):
-    """One rollout of a training step (``traces_step_{k}.jsonl``)."""
-
-    step: int
-    global_step: int
-    key: str
-    uid: str
-    task_id: str
-    category: Any
-    agent_loop: Optional[str]
-    plan: Optional[dict]            # the dry run's scripted plan; None in training
-    labels: Optional[list]          # Psi's labels per turn (a correct abstention is "pass")
-    abstention: Optional[list]
-    profile_keys: Optional[list]    # the same turns in the metrics' vocabulary ("correct_abstention")
-    reward: Optional[float]
-    acc: Optional[float]
-    w: float                        # the SEAL weight the advantage was multiplied by
-    advantage: Optional[float]      # mean advantage over the response tokens
-    grpo_advantage: Optional[float]  # verl's GRPO advantage before the weight
-    advantage_range: Optional[list]  # [min, max] over the response tokens; None when kept out of the update
-    excluded: bool                  # kept out of the update (its verification raised)
-    cue_tokens: int
-    cue_count: int
-    hint_in_text: Optional[bool]    # the cue marker occurs in the decoded tokens
-    interface_active: list
-    tokens: Optional[dict]
-    trace: Any
-
-
-class StepRow(TypedDict, total=False):
-    """One training step (a ``metrics.jsonl`` line)."""
-
-    step: int
-    global_step: int
-    n_rollouts: int
-    tasks: list
-    mix: Optional[dict]             # the dry run's scripted mix; None in training
-    active_during: list             # cue kinds on during the step's rollouts
-    active_next: list
-    prevalence: Optional[dict]
-    prevalence_ema: Optional[dict]
-    rate: Optional[dict]
-    rate_ema: Optional[dict]
-    rho: dict
-    rho_used: dict                  # the rho the step's weights used
-    success_rate: Optional[float]
-    w_mean: Optional[float]
-    w_std: Optional[float]
-    w_min: Optional[float]
-    w_max: Optional[float]
-    cue_tokens_mean: float
-    cue_tokens_max: int
-    seconds: Optional[float]
-    metrics: dict                   # every scalar the trainer logged for the step
-    cue_effect: Optional[dict]      # the step's cue-effect measurement (per cue kind or "all"); None without one
-
-
-class ProbeRow(TypedDict, total=False):
-    """One rollout of a cue-effect probe (a ``probe_step_{k}.jsonl`` line): enough to recompute its numbers."""
-
-    step: int
-    key: str
-    condition: str                  # which cue kinds the rollout ran with
-    kinds: list
-    task_id: str
-    passed: bool
-    reward: Optional[float]         # what the effect compares: the training reward in [0, 1] (None: 1/0 by passed)
-    acc: Optional[float]
-    score: Optional[float]
-    labels: Any
-    cue_tokens: Any
-
-
-class ValRow(TypedDict, total=False):
-    """One validation rollout (a ``val_traces.jsonl`` line)."""
-
-    global_step: int
-    key: str
-    task_id: str
-    agent_loop: Optional[str]
-    score: Optional[float]
-    acc: Optional[float]
-    labels: Optional[list]
-    cue_tokens: int
-    hint_in_text: Optional[bool]
-    tokens: Optional[dict]
-    trace: Any
-
-
-class StateRow(TypedDict, total=False):
-    """The closed-loop state after a step (``state_step_{k}.json``, ``ClosedLoopState.to_dict()``)."""
-
-    version: int
-    step: int
-    interface: dict
-    rho: dict
-    base_rho: dict
-    prevalence_ema: Optional[dict]
-    rate_ema: Optional[dict]
-    history: list  # the most recent rows (loop.HISTORY_WINDOW); metrics.jsonl has one row per step
-    history_start: int  # the step of the first row kept
-
-
-class Timing(TypedDict, total=False):
-    """What the CPU runs' launcher records when verl's launcher exits (``timing.json``), the same keys for both
-    recipes."""
-
-    recipe: str                     # bfcl | ledger
-    variant: str
-    seed: int
-    steps: int
-    exit_code: int                  # main_ppo's exit status (130: interrupted)
-    venv_s: int                     # seconds building the training venv (0: it was there)
-    prepare_s: int                  # the model and the data
-    main_ppo_s: int
-    faults: dict                    # fault-injection variables set during the run (none: {})
-
-
-class Prepared(TypedDict, total=False):
-    """The model and data a CPU run starts from (``prepare.json``), written by the recipe's preparation."""
-
-    model: str                      # the model folder the run trains (never written by the run)
-    model_check: str                # how it was verified (its build.json, its warm-start record, or not at all)
-    env: str                        # the environment (the ledger's); BFCL runs name their split instead
-    split_file: str
-    prompt_tokens: dict             # task id -> first-prompt tokens (BFCL)
-    max_prompt_length: int
-    max_model_len: int
-
-
 # ------------------------------------------------------------------------------------------------ writer
 
 class RunFolder:
@@ -260,14 +129,14 @@ class RunFolder:
         self.path = os.path.abspath(path)
         os.makedirs(self.path, exist_ok=True)
         #: fault-injection variables set in this process: recorded with the config and every step
-        self.faults = env_vars.faults()
+        self.faults = env_vars.faults()  # {} without any
 
     def file(self, name: str) -> str:
         return os.path.join(self.path, name)
 
     def write_config(self, info: dict) -> str:
         path = self.file(CONFIG)
-        info = dict(info, faults=self.faults) if self.faults else info
+        info = dict(info, **{FAULT_SETTINGS: self.faults}) if self.faults else info
         atomic_write_text(path, json.dumps(json_safe(info), indent=1, sort_keys=True), prefix=".seal_state.")
         return path
 
@@ -288,7 +157,7 @@ class RunFolder:
         return path
 
     def append_metrics(self, row: StepRow) -> str:
-        return self._append(METRICS, [dict(row, faults=self.faults) if self.faults else row])
+        return self._append(METRICS, [dict(row, **{FAULT_SETTINGS: self.faults}) if self.faults else row])
 
     def append_val(self, rows: list[ValRow]) -> str:
         return self._append(VALIDATION, rows)

@@ -1,6 +1,6 @@
-"""JSON values and JSON-lines files that survive a crash and hostile content: the plain values a row is written
-as (:func:`json_safe`, :func:`line`), and readers that skip a damaged row or file and say which
-(:func:`read_rows`, :func:`read_object`, :class:`Damage`), never raise on one.
+"""JSON-lines files that survive a crash and hostile content: a row as one line of plain values (:func:`line`, through
+``rows.json_safe``), and readers that skip a damaged row or file and say which (:func:`read_rows`,
+:func:`read_object`, :class:`Damage`), never raise on one.
 
 The run folder (``seal_verl.runs.folder``) writes and reads every file through these; nothing here knows a
 run folder's names.
@@ -9,29 +9,10 @@ run folder's names.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
-
-def json_safe(value: Any) -> Any:
-    """Plain JSON types: numpy/torch scalars -> Python numbers, non-finite floats -> None, containers walked."""
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 0) == 0:
-        try:
-            value = value.item()
-        except (TypeError, ValueError):
-            return str(value)
-    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if hasattr(value, "tolist"):
-        return json_safe(value.tolist())
-    return str(value)
+from seal_verl.runs.rows import json_safe
 
 
 def line(row: dict) -> str:

@@ -75,11 +75,15 @@ def _notes(config: dict, steps: list[dict]) -> list[str]:
     retired (and when), settings beyond the paper under ``preset=paper``."""
     from seal_verl.core.settings import SealSettings, paper_departures
 
-    faults = dict(config.get("faults") or {}) if isinstance(config.get("faults"), dict) else {}
+    settings = config.get(RF.FAULT_SETTINGS)
+    faults = dict(settings) if isinstance(settings, dict) else {}
+    planted = config.get("faults")  # the V1 trainer's list of the faults it planted
+    if isinstance(planted, list) and planted:
+        faults.setdefault("SEAL_FAULT", ",".join(map(str, planted)))
     retired = []
     for r in steps:
-        if isinstance(r.get("faults"), dict):
-            faults.update(r["faults"])
+        if isinstance(r.get(RF.FAULT_SETTINGS), dict):
+            faults.update(r[RF.FAULT_SETTINGS])
         probe = r.get("cue_effect")
         kinds = probe.get("retired") if isinstance(probe, dict) else None
         if isinstance(kinds, list) and kinds:

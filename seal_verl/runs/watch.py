@@ -116,7 +116,7 @@ def config_lines(config: dict) -> list[str]:
     from seal_verl.core.settings import SealSettings, paper_departures
 
     out = [f"fault injection on: {name}={value} (results are changed on purpose)"
-           for name, value in sorted((config.get("faults") or {}).items())]
+           for name, value in sorted((config.get(RF.FAULT_SETTINGS) or {}).items())]
     try:
         out += paper_departures(SealSettings.from_dict(config.get("seal")), config.get("preset"))
     except ValueError:

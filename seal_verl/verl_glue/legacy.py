@@ -4,19 +4,19 @@ The legacy ``RayPPOTrainer`` is not configurable by class, so the plugin wraps f
 the process that imports verl (every process; they only act in the legacy trainer's driver):
 
 - ``ray_trainer.compute_advantage`` (module function, called once per step by ``RayPPOTrainer.fit`` with the
-  whole batch, reward extras in ``non_tensor_batch``): reads the ``seal_*`` extras, computes the weights,
-  runs verl's own ``compute_advantage`` with them active for ``seal_grpo``, runs the closed-loop update and
-  leaves the ``seal/...`` metrics in ``batch.meta_info["seal_metrics"]``;
+  whole batch, reward extras in ``non_tensor_batch``): reads the batch's rollouts once (``batch_read``), runs
+  the SEAL step around verl's own ``compute_advantage`` (``step.seal_step``), closes the step and leaves the
+  ``seal/...`` metrics in ``batch.meta_info["seal_metrics"]``;
 - ``ray_trainer.compute_data_metrics`` (module function, called by ``fit`` when it collects the step's
   metrics): moves ``batch.meta_info["seal_metrics"]`` into the returned metrics dict, which ``fit`` logs;
 - ``RayPPOTrainer._load_checkpoint`` / ``_save_checkpoint``: restore / save ``global_step_N/seal_state.json``
   and publish the state to the rollout workers before the first rollout.
 
 With ``seal.run_dir`` set, the run folder (``driver.RunFolder``) is kept here too: ``state_step_{k}.json`` (by the
-driver), ``traces_step_{k}.jsonl`` (in the ``compute_advantage`` wrapper, from the batch) and one ``metrics.jsonl``
-row per step (in the ``compute_data_metrics`` wrapper: verl's data metrics and the ``seal/...`` metrics; verl's
-timers are computed after that call, so the legacy rows have no ``timing_s/...``). Validation rollouts are not
-recorded on this path.
+driver), ``traces_step_{k}.jsonl`` (in the ``compute_advantage`` wrapper, from the closed step's record) and one
+``metrics.jsonl`` row per step (in the ``compute_data_metrics`` wrapper: verl's data metrics and the ``seal/...``
+metrics; verl's timers are computed after that call, so the legacy rows have no ``timing_s/...``). Validation
+rollouts are not recorded on this path.
 
 Every wrapper is a pass-through unless the run's config selects SEAL (``check_run_config``), and
 ``compute_advantage`` is a pass-through inside an active ``WeightPlan`` (the V1 trainer already handled the
@@ -32,11 +32,12 @@ import os
 from typing import Any, Optional
 
 from seal_verl.verl_glue import state_actor
-from seal_verl.verl_glue.advantage import SealWiringError, active_plan, rows_from_non_tensor_batch
+from seal_verl.verl_glue.advantage import SealWiringError, active_plan
+from seal_verl.verl_glue.batch_read import data_proto_advantages, read_data_proto
 from seal_verl.verl_glue.config import SEAL_GRPO, check_run_config, estimator_name
 from seal_verl.verl_glue.driver import SealDriver, resume_folder
 from seal_verl.verl_glue.multinode import check_multinode
-from seal_verl.verl_glue.step import StepResult, StepWriter, data_proto_rollouts, seal_step, zero_excluded_rows
+from seal_verl.verl_glue.step import StepWriter, seal_step, zero_excluded_rows
 
 logger = logging.getLogger(__name__)
 
@@ -73,13 +74,11 @@ def driver_for(root: Any, *, create: bool = True) -> Optional[SealDriver]:
     return None if entry is None else entry[1]
 
 
-#: the step whose metrics row is still to be written (compute_advantage -> compute_data_metrics of the same step)
+#: the closed step whose metrics row is still to be written (compute_advantage -> compute_data_metrics of the
+#: same step): the legacy trainer hands the batch to its workers in between, so the record does not ride on it
 _PENDING_ROW: dict[str, Any] = {}
 #: model path -> tokenizer (or None when it cannot be loaded), for the run folder's cue-marker check
 _TOKENIZERS: dict[str, Any] = {}
-
-#: agent-loop extra fields copied into the run folder's trace rows
-_TRACE_FIELDS = ("seal_trace", "task_id", "seal_agent_loop", "seal_cue_tokens", "seal_cue_count")
 
 
 def _tokenizer(root: Any):
@@ -95,14 +94,6 @@ def _tokenizer(root: Any):
         except Exception:  # noqa: BLE001 - no tokenizer: the rows say hint_in_text=None
             _TOKENIZERS[path] = None
     return _TOKENIZERS[path]
-
-
-def _write_run_folder_step(driver: SealDriver, root: Any, data: Any, result: StepResult, k: int) -> None:
-    """``traces_step_{k}.jsonl`` of a legacy-trainer step; the metrics row follows in compute_data_metrics."""
-    rollouts = data_proto_rollouts(data, result, _tokenizer(root), _TRACE_FIELDS)
-    rows = StepWriter(driver.run_folder).write_traces(k, rollouts)
-    _PENDING_ROW.clear()
-    _PENDING_ROW.update(driver=driver, step=k - 1, rows=rows)
 
 
 def forget(root: Any) -> None:
@@ -139,15 +130,16 @@ def _seal_compute_advantage(original, data, adv_estimator, gamma, lam, num_repea
 
     if name == SEAL_GRPO and "uid" not in data.non_tensor_batch:
         raise SealWiringError("seal_grpo needs non_tensor_batch['uid'] (the GRPO group index)")
-    n = len(data)
-    rows = rows_from_non_tensor_batch(data.non_tensor_batch, n)
+    keep = driver.run_folder is not None
+    read = read_data_proto(data, _tokenizer(root) if keep else None, keep_trace=keep)
     step0 = driver.global_step  # steps completed so far = 0-based index of this step
-    uids = data.non_tensor_batch["uid"] if "uid" in data.non_tensor_batch else [None] * n
-    result = seal_step(driver, rows, uids, lambda: original(data, **kwargs), step0=step0,
-                       adv_estimator=adv_estimator, exclude=zero_excluded_rows, close_at=step0 + 1)
+    result = seal_step(driver, read, lambda: original(data, **kwargs), step0=step0, adv_estimator=adv_estimator,
+                       exclude=zero_excluded_rows, advantages=data_proto_advantages, close_at=step0 + 1)
     out = result.batch
-    if driver.run_folder is not None:
-        _write_run_folder_step(driver, root, out, result, step0 + 1)
+    if keep:
+        StepWriter(driver.run_folder).write_traces(result.record)
+        _PENDING_ROW.clear()
+        _PENDING_ROW.update(driver=driver, record=result.record)
     out.meta_info.setdefault(METRICS_KEY, {}).update(result.metrics)
     return out
 
@@ -161,9 +153,7 @@ def _seal_compute_data_metrics(original, *args, **kwargs):
         pending = dict(_PENDING_ROW)
         _PENDING_ROW.clear()
         if pending:
-            drv = pending["driver"]
-            StepWriter(drv.run_folder).write_metrics(pending["step"] + 1, drv, pending["rows"], seconds=None,
-                                                     metrics=result)
+            StepWriter(pending["driver"].run_folder).write_metrics(pending["record"], seconds=None, metrics=result)
     return result
 
 

@@ -4,8 +4,10 @@ import of the command line, and a sandbox whose failures are told apart by type,
 - the tools (bfcl-eval's class map, calls, backends), the sandbox (worker, limits, slots, resets, judges, pool,
   client, memory probes, fault injection), the environment (tasks, the episode, prompts, data preparation, the
   verifier, the judge) and the evaluation (client, result files, runner, scoring) are subpackages, and no module
-  sits loose beside them; the tools and the sandbox import only the rooms before them in that order (the
-  sandbox nothing of the environment);
+  sits loose beside them but ``registered`` (the registry's ``bfcl``, which joins the environment with the
+  evaluation's subcommands);
+- each room imports only the rooms before it in that order: the sandbox nothing of the environment, the
+  environment nothing of the evaluation, which builds on it;
 - no module under ``env_wrappers/`` imports ``seal_verl.cli`` or a sibling of it (``seal_verl.cli_*``): an
   environment's subcommands share only ``seal_verl.usage`` with the command line;
 - the modules of ``env_wrappers.bfcl`` import each other without a cycle (every import counts, also one
@@ -29,11 +31,13 @@ ROOT = Path(REPO)
 PACKAGE = "env_wrappers.bfcl"
 #: the rooms from the bottom up: each imports only the rooms before it
 ROOMS = {
-    "tools": {"classes", "calls", "backends"},
+    "tools": {"classes", "calls", "call_records", "python_calls", "json_calls", "backends"},
     "sandbox": {"worker", "limits", "slots", "resets", "judges", "pool", "client", "memory", "faults"},
     "environment": {"tasks", "env", "environment", "verifier", "judge", "prompts", "prepare_data"},
     "evaluation": {"openai_http", "result_files", "runner", "scoring", "commands"},
 }
+#: The one module beside the rooms: the environment as registered, serving the subcommands of both rooms.
+JOINING = {"registered.py"}
 #: Strings that named a kind of worker failure where a typed exception should: the marker the judge side once
 #: returned for an overrunning call, and the message of a reply that did not come in time.
 FAILURE_MARKERS = {"timeout", "no reply in time"}
@@ -151,7 +155,7 @@ def layout_problems(root: Path = ROOT) -> list[str]:
             continue
         have = {p.stem for p in folder.glob("*.py")}
         problems += [f"{PACKAGE}.{room} has no module {m}" for m in sorted(expected - have)]
-    loose = sorted(p.name for p in base.glob("*.py") if p.name != "__init__.py")
+    loose = sorted(p.name for p in base.glob("*.py") if p.name != "__init__.py" and p.name not in JOINING)
     problems += [f"{PACKAGE} has a module outside the rooms: {name}" for name in loose]
     return problems
 
@@ -238,11 +242,11 @@ def test_bfcl_has_four_rooms_and_nothing_outside_them():
     assert layout_problems() == []
 
 
-def test_the_tools_and_the_sandbox_import_no_room_above_them():
+def test_each_room_imports_only_the_rooms_below_it():
     """The sandbox imports nothing from the environment (it once took the backends' private class lookup, and
-    restated bfcl-eval's class map beside it); the tools import neither. (The environment still reaches the
-    evaluation room for its subcommands, lazily: that edge is not this test's.)"""
-    assert [e for e in upward_imports() if e.startswith((f"{PACKAGE}.tools", f"{PACKAGE}.sandbox"))] == []
+    restated bfcl-eval's class map beside it); the tools import neither; the environment nothing of the
+    evaluation."""
+    assert upward_imports() == []
 
 
 def test_no_environment_module_imports_the_command_line():
@@ -270,6 +274,20 @@ def test_the_sandbox_does_not_import_the_verifier_or_the_judge():
     assert not any(m.startswith(f"{PACKAGE}.evaluation") for m in reached), sorted(reached)
 
 
+def room_imports(source: str, target: str, root: Path = ROOT) -> list[str]:
+    """``module -> imported`` for every import of a module of room ``target`` by a module of room ``source``."""
+    graph = import_graph(root)
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() if m.startswith(f"{PACKAGE}.{source}")
+                  for t in targets if t.startswith(f"{PACKAGE}.{target}"))
+
+
+def test_the_environment_room_does_not_import_the_evaluation():
+    """The evaluation builds on the environment; the environment's subcommands list reaches the evaluation's only
+    through the joining module above both rooms (``registered``)."""
+    assert room_imports("evaluation", "environment"), "the evaluation should build on the environment"
+    assert room_imports("environment", "evaluation") == []
+
+
 def test_worker_failures_are_told_apart_by_type_not_by_message_text():
     assert message_matches() == []
     judge_side = ROOT.joinpath(*PACKAGE.split("."), "environment", "isolated_verify.py")
@@ -289,8 +307,10 @@ def test_the_checks_find_what_they_look_for(tmp_path):
     for folder in (tmp_path / "env_wrappers", pkg):
         (folder / "__init__.py").write_text("")
     assert layout_problems(tmp_path) == [] and cli_imports(tmp_path) == [] and message_matches(tmp_path) == []
-    assert upward_imports(tmp_path) == []
+    assert upward_imports(tmp_path) == [] and room_imports("environment", "evaluation", tmp_path) == []
     (pkg / "loose.py").write_text("")
+    (pkg / "registered.py").write_text("")
+    (pkg / "environment" / "environment.py").write_text("def commands():\n    from ..evaluation import commands\n")
     (pkg / "sandbox" / "worker.py").write_text(
         "from ..environment import verifier\n"
         "def f(detail):\n    return detail.startswith('worker process ended')\n"
@@ -299,9 +319,14 @@ def test_the_checks_find_what_they_look_for(tmp_path):
         "def h():\n    from ..sandbox.worker import f\n    from seal_verl import cli_checks\n")
     (pkg / "evaluation" / "runner.py").write_text("def k(x):\n    return x == 'timeout'\n")
     assert layout_problems(tmp_path) == [f"{PACKAGE} has a module outside the rooms: loose.py"]
+    assert room_imports("environment", "evaluation", tmp_path) == [
+        f"{PACKAGE}.environment.environment -> {PACKAGE}.evaluation",
+        f"{PACKAGE}.environment.environment -> {PACKAGE}.evaluation.commands"]
     assert cli_imports(tmp_path) == [f"{PACKAGE}.environment.verifier -> seal_verl.cli_checks"]
     assert cycles(import_graph(tmp_path)) == [[f"{PACKAGE}.environment.verifier", f"{PACKAGE}.sandbox.worker"]]
-    assert upward_imports(tmp_path) == [f"{PACKAGE}.sandbox.worker -> {PACKAGE}.environment",
+    assert upward_imports(tmp_path) == [f"{PACKAGE}.environment.environment -> {PACKAGE}.evaluation",
+                                        f"{PACKAGE}.environment.environment -> {PACKAGE}.evaluation.commands",
+                                        f"{PACKAGE}.sandbox.worker -> {PACKAGE}.environment",
                                         f"{PACKAGE}.sandbox.worker -> {PACKAGE}.environment.verifier"]
     assert sorted(message_matches(tmp_path)) == [f"{PACKAGE}.evaluation.runner:2", f"{PACKAGE}.sandbox.worker:3"]
 
@@ -313,4 +338,5 @@ if __name__ == "__main__":  # a report for another checkout: python tests/bfcl/t
     print("layout:", layout_problems(where) or "ok")
     print("imports of the command line:", cli_imports(where) or "none")
     print("import cycles:", cycles(import_graph(where)) or "none")
+    print("environment -> evaluation:", room_imports("environment", "evaluation", where) or "none")
     print("failures told by message:", message_matches(where) or "none")

@@ -87,11 +87,29 @@ def test_due(step, last, active, expected):
 def test_pick_tasks_is_fixed_and_fits_the_budget():
     ids = [f"task_{i}" for i in range(40)]
     cfg = ce.CueEffectConfig(tasks=16, samples=2, max_rollouts=64)
-    a = ce.pick_tasks(ids, cfg, 2)
-    assert a == ce.pick_tasks(list(reversed(ids)), cfg, 2) and len(a) == 16
-    assert len(ce.pick_tasks(ids, cfg, 7)) == 64 // 14  # 7 conditions x 2 samples: 4 tasks fit
+    a = ce.pick_tasks(ids, cfg, 2, seed=0, probe_index=0)
+    assert a == ce.pick_tasks(list(reversed(ids)), cfg, 2, seed=0, probe_index=0) and len(a) == 16
+    assert len(ce.pick_tasks(ids, cfg, 7, seed=0, probe_index=0)) == 64 // 14  # 7 conditions x 2 samples: 4 fit
     with pytest.raises(ValueError, match="no training task"):
-        ce.pick_tasks([], cfg, 2)
+        ce.pick_tasks([], cfg, 2, seed=0, probe_index=0)
+
+
+def test_pick_tasks_rotates_over_the_pool_with_the_runs_seed():
+    """Successive probes of a run use different tasks and cover the pool before any task comes back; the draw is
+    the same for the same (seed, probe index) and another for another seed."""
+    ids = [f"task_{i}" for i in range(40)]
+    cfg = ce.CueEffectConfig(tasks=16, samples=2, max_rollouts=224)
+    probes = [ce.pick_tasks(ids, cfg, 2, seed=3, probe_index=i) for i in range(5)]
+    assert probes[0] == ce.pick_tasks(ids, cfg, 2, seed=3, probe_index=0)
+    assert all(len(p) == len(set(p)) == 16 for p in probes)
+    assert not set(probes[0]) & set(probes[1])
+    seen = [t for p in probes for t in p]
+    first_repeat = next(i for i, t in enumerate(seen) if t in seen[:i])
+    assert first_repeat == len(ids) and set(seen[:first_repeat]) == set(ids)
+    assert probes[0] != ce.pick_tasks(ids, cfg, 2, seed=4, probe_index=0)
+    # a budget that fits fewer tasks takes the first ones of the same share
+    few = ce.pick_tasks(ids, ce.CueEffectConfig(tasks=16, samples=2, max_rollouts=64), 7, seed=3, probe_index=1)
+    assert few == probes[1][: len(few)]
 
 
 @pytest.mark.parametrize("d,msg", [

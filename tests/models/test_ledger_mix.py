@@ -72,7 +72,9 @@ def test_a_base_that_is_not_a_model_folder_is_one_line_not_a_traceback(stage, tm
 #: SHA-256 of the mixed stage's training rows (every training task's ground truth, then its failing plan, each under
 #: no cue and every cue kind on) rendered with the tiny tokenizer: the rows the shipped ledger model was trained on.
 #: A change here changes every ledger warm start built after it (and its cache key); update it only on purpose.
-MIXED_ROWS_SHA256 = "b729e9ac50d7cddf8769a44084946df4167083942c9402069ee461929a316fb2"
+#: Last changed when the ledger began to answer a malformed call with an error result instead of ending the turn
+#: (the malformed-call rows now hold that result); the shipped model was trained on the rows before.
+MIXED_ROWS_SHA256 = "cb5e91553eda4c8be1d78438777f09e2b8dae5e031ce0fb3c186b0a3b3b3f038"
 
 
 def test_the_mixed_stage_trains_on_the_rows_it_always_did(train_ids, tmp_path):

@@ -82,14 +82,38 @@ def test_use_copies_once_and_never_writes_the_shipped_folder(tmp_path):
     assert before == {n: os.path.getmtime(os.path.join(src, n)) for n in os.listdir(src)}
 
 
-def test_ship_records_identity_without_machine_paths(tmp_path):
+def _git(repo, *args) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _checkout(tmp_path):
+    """A git checkout with two committed files; returns (its folder, its commit)."""
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "build.py").write_text("print('build')\n")
+    (repo / "old.py").write_text("x = 1\n")
+    _git(repo, "add", "build.py", "old.py")
+    _git(repo, "commit", "-q", "-m", "code")
+    return repo, _git(repo, "rev-parse", "HEAD")
+
+
+def _built(tmp_path):
     src = tmp_path / "built"
     shutil.copytree(PRESENT[0], src)
+    return src
+
+
+def test_ship_records_identity_without_machine_paths(tmp_path):
+    src = _built(tmp_path)
+    repo, commit = _checkout(tmp_path)
     record = json.loads((src / "warm_start.json").read_text())
     record["out"] = str(tmp_path / "somewhere" / "tiny-warm")
     (src / "warm_start.json").write_text(json.dumps(record))
-    build = sm.ship(str(src), str(tmp_path / "shipped"), "make ship-warm-starts", repo=REPO)
+    build = sm.ship(str(src), str(tmp_path / "shipped"), "make ship-warm-starts", repo=str(repo))
     assert set(build["files"]) >= {"model.safetensors", "config.json", "warm_start.json"}
+    assert build["built_by"]["commit"] == commit and "uncommitted" not in build["built_by"]
     assert json.loads((tmp_path / "shipped" / "warm_start.json").read_text())["out"] == "tiny-warm"
     assert sm.verify(str(tmp_path / "shipped")) == build
 
@@ -156,3 +180,31 @@ def test_check_model_verifies_what_has_a_record_and_says_what_has_none(tmp_path)
     (copy / sm.WARM_START_RECORD).unlink()
     assert sm.check_model(str(copy)) == "not verified: it has no build.json"
 
+
+def test_ship_refuses_a_checkout_with_uncommitted_changes(tmp_path):
+    """A commit names the code that built a model only when the checkout holds nothing else."""
+    src = _built(tmp_path)
+    repo, _ = _checkout(tmp_path)
+    (repo / "build.py").write_text("print('changed')\n")
+    (repo / "new.py").write_text("y = 2\n")
+    with pytest.raises(sm.ShippedModelError, match=r"uncommitted changes \(build.py, new.py\).*--allow-dirty"):
+        sm.ship(str(src), str(tmp_path / "shipped"), "make ship-warm-starts", repo=str(repo))
+    assert not (tmp_path / "shipped").exists()
+    r = subprocess.run([sys.executable, "-m", "seal_verl.models.shipped", "clean-tree"], cwd=repo, capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=REPO))
+    assert r.returncode == 1 and "build.py, new.py" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_ship_with_allow_dirty_records_each_changed_file(tmp_path):
+    """The record says exactly what differed from the commit: each changed, new or removed file, with the SHA-256
+    of the bytes that built the model."""
+    src = _built(tmp_path)
+    repo, commit = _checkout(tmp_path)
+    (repo / "build.py").write_text("print('changed')\n")
+    (repo / "new.py").write_text("y = 2\n")
+    (repo / "old.py").unlink()
+    build = sm.ship(str(src), str(tmp_path / "shipped"), "make ship-warm-starts", repo=str(repo), allow_dirty=True)
+    assert build["built_by"]["commit"] == commit
+    assert build["built_by"]["uncommitted"] == {"build.py": sm.file_sha256(str(repo / "build.py")),
+                                                "new.py": sm.file_sha256(str(repo / "new.py")), "old.py": "deleted"}
+    assert sm.verify(str(tmp_path / "shipped")) == build

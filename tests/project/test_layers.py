@@ -53,3 +53,87 @@ def test_recipes_use_no_private_helper_of_the_package():
            for module, names, line in _imports(p) if module.split(".")[0] == "seal_verl"
            for name in names if name.startswith("_")]
     assert bad == []
+
+
+def _importers_of(folder: str, prefix: str) -> list[str]:
+    """``file:line module`` of every import under ``folder`` (relative to the repository) of ``prefix`` or below."""
+    return [f"{os.path.relpath(p, ROOT)}:{line} {module}" for p in _py_files(os.path.join(ROOT, folder))
+            for module, names, line in _imports(p)
+            if module == prefix or module.startswith(prefix + ".")
+            or (module == prefix.rpartition(".")[0] and prefix.rpartition(".")[2] in names)]
+
+
+def test_the_warm_start_and_the_recipes_do_not_use_the_dry_run_as_a_toolbox():
+    """The rows, verl set-up and scripted assistant they share live in ``seal_verl.rollouts``; the dry run is one
+    of their users, not their home."""
+    assert _importers_of(os.path.join("seal_verl", "models", "warm_start"), "seal_verl.dry_run") == []
+    assert _importers_of("recipes", "seal_verl.dry_run") == []
+
+
+def test_the_rollout_toolbox_imports_neither_the_dry_run_nor_verl():
+    """verl is reached through the glue (``seal_verl.verl_glue.in_process``), as everywhere outside it."""
+    folder = os.path.join("seal_verl", "rollouts")
+    assert _importers_of(folder, "seal_verl.dry_run") == []
+    assert _importers_of(folder, "verl") == []
+
+
+#: Rooms whose imports go one way (issue 41): a room is a module or a package, by its dotted name.
+ROOMS = ("env_wrappers.protocol", "env_wrappers.bfcl.environment", "env_wrappers.bfcl.sandbox",
+         "env_wrappers.bfcl.evaluation", "seal_verl.dry_run", "seal_verl.rollouts", "seal_verl.models.warm_start")
+#: Pairs that still import each other both ways while their decoupling lands on another branch; empty it then.
+BEING_DECOUPLED = {("env_wrappers.bfcl.environment", "env_wrappers.bfcl.sandbox")}
+
+
+def _module_name(path: str, root: str) -> str:
+    rel = os.path.relpath(path, root)[:-3].replace(os.sep, ".")
+    return rel[: -len(".__init__")] if rel.endswith(".__init__") else rel
+
+
+def _all_imports(path: str, root: str) -> set[str]:
+    """Every module ``path`` imports, anywhere in the file, relative imports resolved (``from X import y`` counts
+    as ``X`` and ``X.y``)."""
+    with open(path, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read(), path)
+    name = _module_name(path, root)
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(max(node.level - 1, 0)):
+                base = base.rpartition(".")[0]
+            module = (f"{base}.{node.module}" if node.module else base) if node.level else (node.module or "")
+            out.add(module)
+            out.update(f"{module}.{a.name}" for a in node.names)
+    return out
+
+
+def _room(module: str):
+    return next((r for r in ROOMS if module == r or module.startswith(r + ".")), None)
+
+
+def room_pairs_both_ways(root: str = ROOT) -> set[tuple[str, str]]:
+    """The pairs of :data:`ROOMS` of which each imports the other (every import counts, also one in a function)."""
+    edges = set()
+    for top in ("env_wrappers", "seal_verl"):
+        for path in _py_files(os.path.join(root, top)):
+            source = _room(_module_name(path, root))
+            for target in filter(None, map(_room, _all_imports(path, root)) if source else ()):
+                if target != source:
+                    edges.add((source, target))
+    return {tuple(sorted(e)) for e in edges if (e[1], e[0]) in edges}
+
+
+def test_no_two_rooms_import_each_other_both_ways():
+    assert room_pairs_both_ways() - BEING_DECOUPLED == set()
+
+
+def test_the_room_check_finds_a_pair(tmp_path):
+    for rel, text in (("env_wrappers/protocol.py", "from seal_verl.dry_run import run\n"),
+                      ("seal_verl/dry_run/__init__.py", ""),
+                      ("seal_verl/dry_run/run.py", "def f():\n    from env_wrappers import protocol\n")):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert room_pairs_both_ways(str(tmp_path)) == {("env_wrappers.protocol", "seal_verl.dry_run")}

@@ -197,7 +197,7 @@ def test_timing_has_the_same_keys_for_both_recipes_and_the_lock_is_given_back(re
     assert launch.launch(launch.RECIPES[recipe], [], venv_seconds=3, env=env) == 0
     timing = json.load(open(out / RF.TIMING))
     assert set(timing) == set(RF.Timing.__annotations__) and timing["recipe"] == recipe and timing["exit_code"] == 0
-    assert timing["venv_s"] == 3 and timing["faults"] == {} and timing["steps"] == 2
+    assert timing["venv_s"] == 3 and timing[RF.FAULT_SETTINGS] == {} and timing["steps"] == 2
     assert outputs.read_lock(str(out)) is None
     text = capsys.readouterr().out
     assert f"seal-verl check {out} --steps 2" in text and f"seal-verl report {out} --out {out}/report" in text

@@ -32,6 +32,8 @@ CONFIG_DIR = os.path.join(RECIPE, "config")
 BACKBONES = {
     "qwen2.5-3b": ("Qwen/Qwen2.5-3B-Instruct", "json"),
     "qwen2.5-7b": ("Qwen/Qwen2.5-7B-Instruct", "json"),
+    "qwen3-4b": ("Qwen/Qwen3-4B", "json"),
+    "qwen3-8b": ("Qwen/Qwen3-8B", "json"),
     "toolace2-8b": ("Team-ACE/ToolACE-2-Llama-3.1-8B", "python"),
 }
 # variant -> (adv_estimator, env_side, reweighting, closed_loop)

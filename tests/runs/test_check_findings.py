@@ -211,8 +211,9 @@ def test_a_run_with_fault_injection_never_passes(tmp_path, monkeypatch):
     monkeypatch.setenv("SEAL_BFCL_FAULTS", "judge_call=overrun")
     path = _run(tmp_path, [{"active": []}], SealSettings().to_dict())
     monkeypatch.delenv("SEAL_BFCL_FAULTS")
-    assert json.load(open(os.path.join(path, RF.CONFIG)))["faults"] == {"SEAL_BFCL_FAULTS": "judge_call=overrun"}
-    assert RF.load(path).steps[0]["faults"] == {"SEAL_BFCL_FAULTS": "judge_call=overrun"}
+    recorded = {"SEAL_BFCL_FAULTS": "judge_call=overrun"}
+    assert json.load(open(os.path.join(path, RF.CONFIG)))[RF.FAULT_SETTINGS] == recorded
+    assert RF.load(path).steps[0][RF.FAULT_SETTINGS] == recorded
     rep = CHECK.check_run(path)
     assert ("faults", False) in [(n, ok) for n, ok, _d in rep.items]
     from seal_verl.runs.report import build_report

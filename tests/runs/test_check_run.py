@@ -1,5 +1,5 @@
 """``seal-verl check``'s weighted-advantage check (``seal_verl.runs.check``) on run folders written by the trainer's own
-writer (``RunFolder``, ``trace_row``, ``step_row``, ``SealDriver``): a correct step passes; a step where the
+writer (``RunFolder``, ``runs.rows.trace_row``, ``runs.rows.step_row``, ``SealDriver``): a correct step passes; a step where the
 weighting was skipped, misaligned (one rollout's weight on another) or applied before GRPO's group normalisation
 fails, and so does a step without learning signal when a least share of non-zero advantages is asked for."""
 
@@ -31,9 +31,12 @@ def _grpo(rewards):
 
 
 def _write_run(tmp_path, mutate=None, groups=GROUPS, active=()):
+    from _step_rows import record, trained
+
     from seal_verl.core.profile import TrajectoryRecord, trajectory_profile
+    from seal_verl.runs.rows import step_row, trace_row
     from seal_verl.verl_glue.config import parse_seal_config
-    from seal_verl.verl_glue.driver import SealDriver, step_row, trace_row
+    from seal_verl.verl_glue.driver import SealDriver
 
     run = tmp_path / "run"
     drv = SealDriver(parse_seal_config({"run_dir": str(run)}))
@@ -55,16 +58,15 @@ def _write_run(tmp_path, mutate=None, groups=GROUPS, active=()):
                       "acc": reward, "seal_category": "multi_turn_base"}
             fields = {"seal_trace": json.dumps({"task_id": f"t_{uid}", "meta": {"interface_active": list(active)}}),
                       "task_id": f"t_{uid}", "seal_agent_loop": "seal_bfcl", "seal_cue_tokens": 0}
-            rows.append(trace_row(step=1, global_step=1, key=f"{uid}_{i}", uid=uid, reward_extras=extras,
-                                  extra_fields=fields, w=ws[i], advantage=used[i], hint_in_text=False,
-                                  grpo_advantage=grpo[i], advantage_range=(used[i], used[i])))
+            rows.append(trained(key=f"{uid}_{i}", uid=uid, extras=extras, fields=fields, w=ws[i], advantage=used[i],
+                                hint_in_text=False, grpo_advantage=grpo[i], advantage_range=(used[i], used[i])))
             records.append(TrajectoryRecord("multi_turn_base", labels, abst, reward))
     drv.add_records(records)
     drv.end_step(1)
-    drv.run_folder.write_traces(1, rows)
+    step = record(1, rows, drv.state_before, drv.state)
+    drv.run_folder.write_traces(1, [trace_row(1, t) for t in step.trained])
     drv.run_folder.write_config({"seal": drv.cfg.to_dict()})
-    drv.run_folder.append_metrics(step_row(step=1, global_step=1, state_before=drv.state_before,
-                                           state_after=drv.state, rows=rows, seconds=1.0, metrics={}))
+    drv.run_folder.append_metrics(step_row(step, seconds=1.0, metrics={}))
     return str(run)
 
 

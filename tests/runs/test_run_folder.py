@@ -24,15 +24,15 @@ def _state():
     return ClosedLoopState.initial(SealSwitches(), InterfaceConfig(), WeightingConfig())
 
 
-def _trace(i: int) -> dict:
-    from seal_verl.verl_glue.driver import trace_row
+def _trace(i: int):
+    from _step_rows import trained
 
-    extras = {"seal_labels": json.dumps(["pass", "argument_mismatch"]), "seal_abstention": json.dumps([False, True]),
+    extras = {"seal_labels": json.dumps(["pass", "argument_mismatch"]), "seal_abstention": json.dumps([True, False]),
               "score": np.float32(0.5), "acc": 0.0, "seal_category": "multi_turn_base"}
     fields = {"seal_trace": json.dumps({"task_id": "multi_turn_base_1", "meta": {"interface_active": ["call_format"]}}),
               "task_id": "multi_turn_base_1", "seal_agent_loop": "seal_bfcl", "seal_cue_tokens": np.int64(7)}
-    return trace_row(step=1, global_step=1, key=f"u_{i}", uid="u", reward_extras=extras, extra_fields=fields,
-                     w=1.25, advantage=0.4, hint_in_text=True, grpo_advantage=0.32, advantage_range=(0.4, 0.4))
+    return trained(key=f"u_{i}", uid="u", extras=extras, fields=fields, w=1.25, advantage=0.4, hint_in_text=True,
+                   grpo_advantage=0.32, advantage_range=(0.4, 0.4))
 
 
 EFFECT = {"all": {"with": 0.75, "without": np.float64(0.25), "diff": 0.5, "lo": 0.1, "hi": 0.9, "n_with": 8,
@@ -40,17 +40,19 @@ EFFECT = {"all": {"with": 0.75, "without": np.float64(0.25), "diff": 0.5, "lo": 
 
 
 def _write_run(path: str, cue_effect=None) -> dict:
-    from seal_verl.verl_glue.driver import step_row, val_row
+    from _step_rows import record
+
+    from seal_verl.runs.rows import step_row, trace_row, val_row
 
     folder = RF.RunFolder(path)
     state = _state()
     folder.write_config({"seal": {"switches": {"env_side": True}}, "variant": "seal"})
     folder.write_state(1, state)
-    traces = [_trace(0), _trace(1)]
+    step_record = record(1, [_trace(0), _trace(1)], state, state)
+    traces = [trace_row(1, t) for t in step_record.trained]
     folder.write_traces(1, traces)
     kwargs = {} if cue_effect is None else {"cue_effect": cue_effect}
-    step = step_row(step=1, global_step=1, state_before=state, state_after=state, rows=traces, seconds=2.5,
-                    metrics={"seal/step": 1.0, "timing_s/gen": np.float32(0.5)}, **kwargs)
+    step = step_row(step_record, seconds=2.5, metrics={"seal/step": 1.0, "timing_s/gen": np.float32(0.5)}, **kwargs)
     folder.append_metrics(step)
     val = val_row(global_step=1, key="0", reward_extras={"acc": 1.0, "seal_labels": '["pass"]'},
                   extra_fields={"task_id": "multi_turn_base_9", "seal_agent_loop": "bfcl", "seal_cue_tokens": 0,

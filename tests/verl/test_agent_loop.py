@@ -67,7 +67,7 @@ class Harness:
     """verl's AgentLoopWorker in this process, with a scripted LLM, the real reward loop and dataset."""
 
     def __init__(self, model, tmp_path, tasks, fmt="json", loop_kwargs=None, response_length=8192, overrides=None,
-                 seal=None, rollouts=1, chat_template=None):
+                 seal=None, rollouts=1, chat_template=None, source=None):
         from omegaconf import open_dict
         from transformers import AutoTokenizer
 
@@ -83,7 +83,7 @@ class Harness:
                 self.config.actor_rollout_ref.model.custom_chat_template = chat_template
         self.tok = AutoTokenizer.from_pretrained(model)
         self.llm = D.ScriptedLLM(self.tok, tasks)
-        self.worker = D.make_worker(self.config, self.llm)
+        self.worker = D.make_worker(self.config, self.llm, state_source=None if source is None else source.read)
         self.n = 0
 
     def run(self, jobs, agent_name="seal_bfcl", split="train"):
@@ -98,19 +98,27 @@ class Harness:
         return self.loop.run_until_complete(self.worker.generate_sequences(batch))
 
     def close(self):
-        from seal_verl.verl_glue.agent_loop import set_state_source
-
-        set_state_source(None)
         self.loop.close()
         asyncio.set_event_loop(None)
 
 
+class StateSource:
+    """The closed-loop state a test's in-process training loops read (``make_worker(state_source=...)``): set by
+    calling it, read at the start of every rollout."""
+
+    def __init__(self):
+        self.state = None
+
+    def __call__(self, state):
+        self.state = state
+
+    def read(self, step):
+        return self.state
+
+
 @pytest.fixture
 def state_source():
-    from seal_verl.verl_glue.agent_loop import set_state_source
-
-    yield set_state_source
-    set_state_source(None)
+    return StateSource()
 
 
 def _valid_response(out, i):
@@ -163,7 +171,7 @@ def test_training_loop_trace_reward_and_masks(tiny, tasks, books, tmp_path, stat
             assert plan is not None, (tid, t)
             jobs.append((tid, plan))
     state_source(_state(all_on=True))
-    h = Harness(tiny, tmp_path, tasks, fmt=fmt)
+    h = Harness(tiny, tmp_path, tasks, source=state_source, fmt=fmt)
     try:
         out = h.run(jobs)
     finally:
@@ -224,7 +232,7 @@ def test_reveal_docs_go_into_the_reveal_message(tiny, tasks, books, tmp_path, st
 
     task = tasks["multi_turn_miss_func_0"]
     state_source(_state(all_on=False))
-    h = Harness(tiny, tmp_path, tasks)
+    h = Harness(tiny, tmp_path, tasks, source=state_source)
     try:
         out = h.run([(task.id, books["json"].get(task, "pass"))], agent_name="bfcl", split="eval")
     finally:
@@ -263,7 +271,7 @@ def test_tool_steps_run_in_the_sandbox_threads_and_the_episode_lets_go_at_its_en
     state_source(_state(all_on=False))
     task = tasks["multi_turn_base_0"]
     plan = books["json"].get(task, "pass")  # planned (by playing the task) before the steps are recorded
-    h = Harness(tiny, tmp_path, tasks)
+    h = Harness(tiny, tmp_path, tasks, source=state_source)
     monkeypatch.setattr(BFCLEnv, "step", recording)
     try:
         out = h.run([(task.id, plan), (task.id, plan)])
@@ -284,7 +292,7 @@ def test_eval_loop_never_adds_cues(tiny, tasks, books, tmp_path, state_source):
     jobs = [("multi_turn_base_0", book.get(tasks["multi_turn_base_0"], "invalid_tool_call")),
             ("multi_turn_miss_param_0", book.get(tasks["multi_turn_miss_param_0"], "spurious_tool_call"))]
     assert all(p is not None for _, p in jobs)
-    h = Harness(tiny, tmp_path, tasks)
+    h = Harness(tiny, tmp_path, tasks, source=state_source)
     outs = {}
     try:
         for loop_name in ("bfcl", "seal_bfcl"):
@@ -330,7 +338,7 @@ def test_token_budgets(tiny, tasks, books, tmp_path, state_source):
     first_block = plan.messages[0][0].split("</tool_call>")[0] + "</tool_call>\n"
     budget = len(tok.encode(first_block, add_special_tokens=False)) + 3
     assert budget < len(tok.encode(plan.messages[0][0], add_special_tokens=False))
-    h = Harness(tiny, tmp_path, tasks, loop_kwargs={"max_tokens_per_turn": budget, "max_tokens_per_step": budget,
+    h = Harness(tiny, tmp_path, tasks, source=state_source, loop_kwargs={"max_tokens_per_turn": budget, "max_tokens_per_step": budget,
                                                     "max_cue_tokens": 200})
     try:
         out = h.run([(task.id, plan)])
@@ -355,7 +363,7 @@ def test_token_budgets(tiny, tasks, books, tmp_path, state_source):
     assert rendered.count("[hint]") == trace["meta"]["cues"]["count_rendered"]
 
     # 2. the whole trajectory: rollout.response_length = 600 tokens (model + observations)
-    h = Harness(tiny, tmp_path, tasks, response_length=600)
+    h = Harness(tiny, tmp_path, tasks, source=state_source, response_length=600)
     try:
         out = h.run([(task.id, plan)])
     finally:
@@ -380,7 +388,7 @@ def test_python_format_with_llama_style_template(tiny, tasks, books, tmp_path, s
     book = books["python"]
     jobs = [(task.id, book.get(task, "pass")), (task.id, book.get(task, "argument_mismatch"))]
     state_source(_state(all_on=True))
-    h = Harness(tiny, tmp_path, tasks, fmt="python", loop_kwargs={"tool_role": "ipython"},
+    h = Harness(tiny, tmp_path, tasks, source=state_source, fmt="python", loop_kwargs={"tool_role": "ipython"},
                 chat_template=CHAT_TEMPLATE_LLAMA_STYLE)
     try:
         out = h.run(jobs)
@@ -395,8 +403,33 @@ def test_python_format_with_llama_style_template(tiny, tasks, books, tmp_path, s
         assert all(m in model for turn in plan.messages for m in turn)
 
 
+def test_a_step_parses_the_closed_loop_state_once(tiny, tasks, books, tmp_path, state_source, monkeypatch):
+    """Every rollout of a step reads the cue state through one parsed view: the state is checked and parsed once
+    for the step's rollouts, not once per rollout."""
+    from seal_verl.core.loop import ClosedLoopState
+
+    parsed = []
+    real = ClosedLoopState.from_dict.__func__
+
+    def counting(cls, d):
+        parsed.append(1)
+        return real(cls, d)
+
+    task = tasks["multi_turn_base_0"]
+    plan = books["json"].get(task, "pass")
+    state_source(_state(all_on=True))
+    h = Harness(tiny, tmp_path, tasks, source=state_source)
+    monkeypatch.setattr(ClosedLoopState, "from_dict", classmethod(counting))
+    try:
+        out = h.run([(task.id, plan)] * 4)
+    finally:
+        h.close()
+    assert len(out) == 4 and all(int(c) > 0 for c in out.non_tensor_batch["seal_cue_tokens"])
+    assert len(parsed) == 1
+
+
 def test_missing_task_id_is_a_clear_error(tiny, tasks, tmp_path, state_source):
-    h = Harness(tiny, tmp_path, tasks)
+    h = Harness(tiny, tmp_path, tasks, source=state_source)
     try:
         rows = D.dataset_rows(["multi_turn_base_0"], "bfcl", "eval")
         del rows[0]["extra_info"]["task_id"]
@@ -410,7 +443,7 @@ def test_missing_task_id_is_a_clear_error(tiny, tasks, tmp_path, state_source):
 
 
 def test_call_format_mismatch_between_data_and_loop_is_an_error(tiny, tasks, tmp_path, state_source):
-    h = Harness(tiny, tmp_path, tasks, fmt="json")
+    h = Harness(tiny, tmp_path, tasks, source=state_source, fmt="json")
     try:
         path = str(tmp_path / "py.parquet")
         D.write_parquet(D.dataset_rows(["multi_turn_base_0"], "bfcl", "eval", "python"), path)
@@ -524,7 +557,7 @@ def test_v1_transfer_queue_worker_stores_trace_and_reward_extras(tasks, books, r
     from verl.utils import tensordict_utils as tu
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
-    from seal_verl.verl_glue.advantage import profile_from_extras, record_from_extras
+    from seal_verl.core.extras import decode
 
     ray, tq, config, tok, tmp = (ray_env[k] for k in ("ray", "tq", "config", "tok", "tmp"))
     book = books["json"]
@@ -565,8 +598,7 @@ def test_v1_transfer_queue_worker_stores_trace_and_reward_extras(tasks, books, r
         info = ef["reward_extra_info"]
         assert trace["task_id"] == ef["task_id"] == task.id
         assert trace["meta"]["interface_global_step"] == 4 and trace["meta"]["interface_active"] == ["tool_affordance"]
-        record = record_from_extras(info, i)  # what the SEAL V1 trainer builds from TransferQueue
-        profile_from_extras(info, i)
+        record = decode(info, i).record  # what the SEAL V1 trainer builds from TransferQueue
         got.append(record.labels)
         assert scores[i] == record.reward
     assert sorted(got) == sorted(p.labels for p in plans)

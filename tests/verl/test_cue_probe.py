@@ -14,8 +14,10 @@ from seal_verl.core.cue_effect import newcombe_interval
 def _dry(tmp_path, policy: str, steps: int = 3, **probe):
     from seal_verl.dry_run.run import DryRunConfig, run_dry
 
+    # a response budget every ground truth fits in (long-context tasks too, which the probes' rotation draws): a
+    # cue_reader rollout under a cue passes
     cfg = DryRunConfig(out=str(tmp_path / policy), steps=steps, tasks_per_step=2, rollouts=4, val_tasks=0,
-                       policy=policy, progress=False, verbose=False)
+                       policy=policy, progress=False, verbose=False, response_length=131072)
     cfg.seal["cue_effect"] = {"every": 1, "tasks": 3, "samples": 2, "max_rollouts": 42, **probe}
     rows = run_dry(cfg)
     return rows, RF.load(cfg.out)
@@ -228,3 +230,15 @@ def test_check_recomputes_the_probe_and_catches_a_changed_row(cue_reader, tmp_pa
     rep = Report()
     check_cue_effect(Run(copy), rep)
     assert not rep.ok and RF.probe_name(k) in rep.text()
+
+
+def test_probes_of_one_run_rotate_over_the_training_tasks(cue_reader):
+    """Through the real probe path (the dry run's probe rows through verl's worker): successive probes of a run
+    draw different tasks, each probe the same tasks under every condition."""
+    rows, run = cue_reader
+    probed = [r["global_step"] for r in rows if r.get("cue_effect")]
+    assert len(probed) >= 2
+    tasks = [sorted({p["task_id"] for p in run.probes[k]}) for k in probed]
+    assert all(len(t) == len(set(t)) > 0 for t in tasks)
+    for a, b in zip(tasks, tasks[1:]):
+        assert not set(a) & set(b), (a, b)

@@ -55,10 +55,12 @@ def test_one_run_folder_writer(method):
 
 
 def test_dry_run_rows_are_the_training_rows(tmp_path):
-    """A dry run's trace rows carry exactly the keys of a training run's rows (``driver.trace_row``), and its
-    metrics rows exactly the keys of ``driver.step_row``, with the step's full ``seal/...`` metrics."""
+    """A dry run's trace rows carry exactly the keys of a training run's rows (``runs.rows.trace_row``), and its
+    metrics rows exactly the keys of ``runs.rows.step_row``, with the step's full ``seal/...`` metrics."""
+    from _step_rows import record, trained
+
     from seal_verl import dry_run as D
-    from seal_verl.verl_glue.driver import step_row, trace_row
+    from seal_verl.runs.rows import step_row, trace_row
 
     cfg = D.DryRunConfig(out=str(tmp_path / "run"), steps=1, tasks_per_step=2, rollouts=2, val_tasks=0,
                          model=str(tmp_path / "model"), progress=False, verbose=False)
@@ -67,8 +69,9 @@ def test_dry_run_rows_are_the_training_rows(tmp_path):
         traces = [json.loads(line) for line in f]
     with open(os.path.join(cfg.out, "metrics.jsonl")) as f:
         metrics = [json.loads(line) for line in f]
-    want = set(trace_row(step=1, global_step=1, key="0", uid="u", reward_extras={}, extra_fields={}, w=1.0,
-                         advantage=0.0, hint_in_text=None))
+    want = set(trace_row(1, trained(key="0", uid="u", extras={"seal_labels": "[]", "seal_abstention": "[]",
+                                                              "score": 0.0, "seal_category": "c"},
+                                     fields={}, w=1.0, advantage=0.0)))
     assert traces and all(set(t) == want for t in traces), sorted(set(traces[0]) ^ want)
     assert all(t["plan"] is not None and t["tokens"]["llm"] > 0 for t in traces)
 
@@ -79,7 +82,6 @@ def test_dry_run_rows_are_the_training_rows(tmp_path):
         class interface:
             active: dict = {}
 
-    assert set(metrics[0]) == set(step_row(step=1, global_step=1, state_before=_State, state_after=_State, rows=[],
-                                           seconds=None, metrics={}))
+    assert set(metrics[0]) == set(step_row(record(1, [], _State, _State), seconds=None, metrics={}))
     for name in ("seal/weight/mean", "seal/weight/warmup", "seal/excluded/checker_error", "seal/n_trajectories"):
         assert name in metrics[0]["metrics"], name

@@ -335,11 +335,11 @@ def test_through_verls_reward_loop_worker(samples, tokenizer_dir):
 
 def test_extras_feed_the_trainer_side(samples):
     """The trainer-side glue reads the extras back into trajectory records and profiles."""
-    from seal_verl.verl_glue.advantage import profile_from_extras, record_from_extras
+    from seal_verl.core.extras import decode
 
     for task, trace in samples.values():
         out = score(task, trace)
-        rec = record_from_extras(out)
+        rec = decode(out).record
         assert rec.labels == json.loads(out["seal_labels"]) and rec.reward == out["score"]
         assert rec.category == task.category
-        assert profile_from_extras(out) == pytest.approx(rec.profile())
+        assert decode(out).profile == pytest.approx(rec.profile())

@@ -404,8 +404,7 @@ def test_v1_seal_grpo_with_stock_trainer_fails_at_first_step(tq_store):
 def test_cue_metrics_from_reward_extras():
     from seal_verl.verl_glue.advantage import cue_metrics
 
-    rows = [{"seal_cue_tokens": 10.0}, None, {"seal_cue_tokens": 30.0}, {}]
-    m = cue_metrics(rows)
+    m = cue_metrics([10.0, None, 30.0, 0.0])  # per rollout (None: a padding row)
     assert m == {"seal/cue_tokens/mean": pytest.approx(40.0 / 3), "seal/cue_tokens/max": 30.0}
     assert cue_metrics([None]) == {}
 
@@ -442,3 +441,112 @@ def test_weight_plan_row_identities():
     plan.check_alignment(uids, mask)
     with pytest.raises(SealWiringError, match="within a group"):
         plan.check_alignment(uids, mask.flip(0))
+
+
+# ------------------------------------------------------------------------------------------- one checker-error rule
+
+
+def _with_checker_error(data, row: int):
+    """``data`` with rollout ``row`` marked as one whose verification raised (reward 0, as the reward writes it)."""
+    data.non_tensor_batch["seal_checker_error"] = np.array([float(i == row) for i in range(len(data))])
+    data.batch["token_level_rewards"][row] = 0.0
+    data.batch["token_level_scores"][row] = 0.0
+    return data
+
+
+@pytest.mark.parametrize("adv", ["grpo", "seal_grpo"])
+def test_a_checker_error_leaves_its_group_under_every_estimator(adv):
+    """DESIGN 2.7: a rollout whose verification raised leaves the policy loss, and with it its group's GRPO
+    statistics, under plain ``grpo`` (the ``grpo`` and ``no_reweighting`` variants) exactly as under ``seal_grpo``:
+    the other members are normalised among themselves, the row's advantage and mask are 0."""
+    row = 1  # group "a": rewards 1, [checker error], 0, 1
+    rho_one = {k: 1.0 for k in tx.PROFILE_KEYS}  # w = 1 for every rollout: seal_grpo's weights change nothing
+    seal = {"switches": {"env_side": True, "reweighting": adv == "seal_grpo", "closed_loop": True},
+            "weighting": {"rho": rho_one}}
+    root = _root_config(adv=adv, seal=seal)
+    data = _with_checker_error(_data_proto(), row)
+    keep = [i for i in range(len(ROLLOUTS)) if i != row]
+    alone, _ = core_algos.compute_grpo_outcome_advantage(
+        token_level_rewards=data.batch["token_level_rewards"][keep], response_mask=data.batch["response_mask"][keep],
+        index=data.non_tensor_batch["uid"][keep])
+    out = ray_trainer.compute_advantage(data, adv_estimator=adv, config=root.algorithm)
+    adv_out = out.batch["advantages"]
+    torch.testing.assert_close(adv_out[keep], alone)
+    assert torch.count_nonzero(adv_out[row]) == 0 and torch.count_nonzero(out.batch["response_mask"][row]) == 0
+    assert out.meta_info[legacy.METRICS_KEY]["seal/excluded/checker_error"] == 1.0
+    legacy.forget(root)
+
+
+def test_grpo_outside_a_seal_step_is_verls_own():
+    """The rule acts only inside SEAL's step: verl's grpo called on its own is unchanged (and the wrapper is
+    the function verl's advantage step calls)."""
+    data = _data_proto()
+    fn = core_algos.compute_grpo_outcome_advantage
+    assert getattr(fn, "__seal_original__", None) is not None
+    got, _ = fn(token_level_rewards=data.batch["token_level_rewards"], response_mask=data.batch["response_mask"],
+                index=data.non_tensor_batch["uid"])
+    torch.testing.assert_close(got, _expected(data, torch.ones(len(ROLLOUTS))))
+
+
+def test_v1_trainer_keeps_no_rollout_of_a_step(tq_store, tmp_path):
+    """The step's rollouts go to the driver (until it closes the step) and from there, with the batch, to the run
+    folder: after the advantage step no attribute of the trainer holds one."""
+    tq = tq_store
+    cfg = _v1_config(seal={"switches": {"reweighting": True}, "run_dir": str(tmp_path / "run")})
+    trainer = _v1_trainer(cfg)
+    meta = _put_batch(tq)
+    out_meta = trainer._compute_advantage(meta, metrics={})
+
+    def held(value, depth=0):
+        if type(value).__module__ in ("seal_verl.verl_glue.step", "seal_verl.core.step_record"):
+            return True
+        if depth < 2 and isinstance(value, dict):
+            return any(held(v, depth + 1) for v in value.values())
+        if depth < 2 and isinstance(value, (list, tuple)):
+            return any(held(v, depth + 1) for v in value)
+        return False
+
+    assert [k for k, v in vars(trainer).items() if k != "seal" and held(v)] == []
+    _, record = trainer.seal.close_step(1)
+    assert len(record.trained) == len(ROLLOUTS) and record.step == 1
+    # read once for the run folder too (token counts); timers and log-prob agreement need fields this batch does
+    # not have (no agent-loop metrics, no rollout or reference log-probs)
+    for i, t in enumerate(record.trained):
+        assert t.rollout.tokens == {"prompt": 3, "response": RESP_LEN[i], "llm": RESP_LEN[i]}
+        assert t.rollout.timing is None and t.rollout.sync is None
+    tq.kv_clear(keys=out_meta.keys, partition_id="train")
+
+
+def test_a_stale_rollout_is_weighted_with_the_rho_it_was_generated_under():
+    """A rollout generated under the state of an earlier step (an asynchronous trainer's) takes that step's rho;
+    one of a state the driver no longer keeps is an error, never the current rho; a rollout reaches the closed
+    loop once."""
+    from seal_verl.core.profile import TrajectoryRecord
+    from seal_verl.core.step_record import Rollout, Trained, Update
+    from seal_verl.core.extras import decode
+    from seal_verl.verl_glue.config import parse_seal_config
+    from seal_verl.verl_glue.driver import RHO_HISTORY, SealDriver
+
+    drv = SealDriver(parse_seal_config({"switches": {"env_side": False}, "weighting": {"dynamic": True}}))
+    failing = [TrajectoryRecord("multi_turn_base", ["missing_tool_call"] * 3, [False] * 3, 0.0)] * 8
+    rhos = [dict(drv.state.rho)]
+    for k in (1, 2):
+        drv.add_records(failing)
+        drv.end_step(k)
+        rhos.append(dict(drv.state.rho))
+    assert rhos[0]["missing_tool_call"] != rhos[2]["missing_tool_call"]
+    profile = trajectory_profile(["missing_tool_call", "pass"], [False, False])
+    w = drv.weights([profile] * 3, 2, [0, 2, None])
+    assert float(w[0]) == pytest.approx(trajectory_weight(profile, rhos[0], 0.5, 2.0))
+    assert float(w[1]) == float(w[2]) == pytest.approx(trajectory_weight(profile, rhos[2], 0.5, 2.0))
+    assert float(w[0]) != float(w[1])
+    for k in range(3, 3 + RHO_HISTORY):
+        drv.end_step(k)
+    with pytest.raises(SealWiringError, match="step 0"):
+        drv.weights([profile], 2, [0])
+    grade = decode(_extras(0.0, ["missing_tool_call", "pass"], [False, False]))
+    one = Trained(Rollout(index=0, key="k0", uid="u", grade=grade, task_id="t"),
+                  Update(w=1.0, grpo_advantage=0.0, advantage=0.0, advantage_range=None, excluded=False))
+    drv.add_trained([one])
+    with pytest.raises(SealWiringError, match="twice"):
+        drv.add_trained([one])

@@ -69,7 +69,7 @@ def score(cfg: EvalConfig, tasks: list[BFCLTask], store: ResultStore, fmt: str) 
         "label_counts": {c: dict(s.label_counts) for c, s in stats.items()},
         "protocol": {
             "benchmark": "BFCL V3 multi-turn", "split": "ids" if cfg.ids else cfg.split, "model": cfg.model,
-            "mode": cfg.mode, "call_format": fmt, "temperature": cfg.temperature, "samples": 1,
+            "mode": cfg.mode, "call_format": fmt, "temperature": cfg.temperature, "samples": 1, "seed": cfg.seed,
             "max_steps_per_turn": cfg.max_steps_per_turn, "interface": "none (evaluation)",
             "semantics": "official BFCL (abstention turns unchecked)", "bfcl_eval_version": _bfcl_version(),
         },

@@ -66,7 +66,7 @@ def bound_result(call: str, outcome: tuple) -> tuple:
 #: ``LONG_WEATHER_EXTENSION`` and returns that very dict, so two rollouts calling it at the same time can
 #: each report the other's reading; ``MathAPI.logarithm`` sets mpmath's process-wide precision and then
 #: computes with it. Such calls run under one process-wide lock and hand back a private copy of what they
-#: return; a single call behaves exactly as before. (Rollouts run their calls in worker processes of their
+#: return; a single call behaves exactly as it would unlocked. (Rollouts run their calls in worker processes of their
 #: own, see the sandbox; this keeps the in-process paths, the verifier's, deterministic too.)
 SHARED_STATE_METHODS = frozenset({("VehicleControlAPI", "get_outside_temperature_from_google"),
                                   ("MathAPI", "logarithm")})

@@ -355,7 +355,7 @@ def launch(recipe: Recipe, extra: list, venv_seconds: int = 0, env: Optional[dic
         t2 = time.time()
         RF.write_timing(s.out, {"recipe": recipe.name, "variant": s.variant, "seed": s.seed, "steps": s.steps,
                                 "exit_code": rc, "venv_s": int(venv_seconds), "prepare_s": round(t1 - t0),
-                                "main_ppo_s": round(t2 - t1), "faults": env_vars.faults(env)})
+                                "main_ppo_s": round(t2 - t1), RF.FAULT_SETTINGS: env_vars.faults(env)})
     log = os.path.join(s.out, RF.LOG)
     if rc != 0:
         print(f"[{recipe.say}] main_ppo failed (exit {rc}); the end of {log}:", file=sys.stderr)

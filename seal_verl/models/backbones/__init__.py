@@ -5,6 +5,15 @@ packages carry.
   Qwen2's split pattern and NFC normalisation, the 22 added tokens from id 151643 of Qwen2.5-Instruct's
   tokenizer (``<tool_call>`` 151657 and ``</tool_call>`` 151658 among them, not special), the released chat
   template.
+- ``qwen3`` (Qwen3-4B, Qwen3-8B: the hybrid thinking models): Qwen2's BPE ranks as above (the same
+  ``dashscope`` file), Qwen2.5-Instruct's 22 added tokens and four more at 151665-151668 (``<tool_response>``,
+  ``</tool_response>``, ``<think>``, ``</think>``, not special), as torchtune lists them for Qwen3
+  (``torchtune/models/qwen3/_tokenizer.py``, ``QWEN3_SPECIAL_TOKENS`` = Qwen2.5's + these four); the chat template
+  bfcl-eval's ``QwenFCHandler`` quotes (:data:`~.templates.QWEN3_TEMPLATE`). Model facts (vocabulary, tied
+  embeddings, layers) from torchtune's ``qwen3_4b_instruct`` / ``qwen3_8b_instruct`` builders
+  (``torchtune/models/qwen3/_model_builders.py``). No installable package carries Qwen3's own tokenizer files, so
+  ``seal-verl preflight --backbone qwen3-*`` compares this tokenizer, template and these facts with the downloaded
+  checkpoint on the user's machine (:func:`backbone_facts_check` in the BFCL preflight).
 - ``toolace2`` (ToolACE-2-Llama-3.1-8B): Llama 3's BPE ranks in ``llama-models``
   (``llama_models/llama3/tokenizer.model``), Llama 3's split pattern (digits in runs of up to three), Llama
   3.1's 256 special tokens from id 128000, and the Llama 3 layout bfcl-eval renders for this model.
@@ -23,7 +32,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .templates import QWEN25_TEMPLATE, TOOLACE2_TEMPLATE
+from .templates import QWEN3_TEMPLATE, QWEN25_TEMPLATE, TOOLACE2_TEMPLATE
 
 QWEN2_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -44,6 +53,13 @@ QWEN25_ADDED = tuple(
         ("<|fim_prefix|>", False), ("<|fim_middle|>", False), ("<|fim_suffix|>", False), ("<|fim_pad|>", False),
         ("<|repo_name|>", False), ("<|file_sep|>", False),
     ])
+)
+
+#: Qwen3's added tokens: Qwen2.5-Instruct's, then the tool-response and thinking tags (not special: they survive
+#: ``skip_special_tokens``, as ``<tool_call>`` does).
+QWEN3_ADDED = QWEN25_ADDED + (
+    (151665, "<tool_response>", False), (151666, "</tool_response>", False),
+    (151667, "<think>", False), (151668, "</think>", False),
 )
 
 
@@ -85,6 +101,10 @@ class BackboneSpec:
     tokenizer_class: str
     call_format: str               # the agent-loop call format of the recipe's backbone group
     vocab_size: dict = field(default_factory=dict)  # model config vocab_size per released checkpoint
+    #: other config.json facts per released checkpoint that a downloaded model must match (preflight checks them)
+    config_facts: dict = field(default_factory=dict)
+    #: chat-template arguments the recipe renders with (its data.apply_chat_template_kwargs)
+    chat_template_kwargs: dict = field(default_factory=dict)
 
 
 BACKBONES: dict[str, BackboneSpec] = {
@@ -96,6 +116,26 @@ BACKBONES: dict[str, BackboneSpec] = {
         bos=None, eos="<|im_end|>", pad="<|endoftext|>", stop=("<|im_end|>", "<|endoftext|>"),
         chat_template=QWEN25_TEMPLATE, tokenizer_class="Qwen2Tokenizer", call_format="json",
         vocab_size={"Qwen/Qwen2.5-3B-Instruct": 151936, "Qwen/Qwen2.5-7B-Instruct": 152064},
+    ),
+    "qwen3": BackboneSpec(
+        name="qwen3",
+        models=("Qwen/Qwen3-4B", "Qwen/Qwen3-8B"),
+        package="dashscope", package_version="2.0.2", module="dashscope", rank_file="resources/qwen.tiktoken",
+        n_ranks=151643, pattern=QWEN2_PATTERN, nfc=True, ignore_merges=False, added=QWEN3_ADDED,
+        bos=None, eos="<|im_end|>", pad="<|endoftext|>", stop=("<|im_end|>", "<|endoftext|>"),
+        chat_template=QWEN3_TEMPLATE, tokenizer_class="Qwen2Tokenizer", call_format="json",
+        vocab_size={"Qwen/Qwen3-4B": 151936, "Qwen/Qwen3-8B": 151936},
+        # torchtune's qwen3_4b_instruct / qwen3_8b_instruct builders (the 8B's tie_word_embeddings is the builder
+        # default, False); head_dim 128 in both (hidden / heads)
+        config_facts={
+            "Qwen/Qwen3-4B": {"model_type": "qwen3", "tie_word_embeddings": True, "num_hidden_layers": 36,
+                              "hidden_size": 2560, "intermediate_size": 9728, "num_attention_heads": 32,
+                              "num_key_value_heads": 8, "max_position_embeddings": 40960},
+            "Qwen/Qwen3-8B": {"model_type": "qwen3", "tie_word_embeddings": False, "num_hidden_layers": 36,
+                              "hidden_size": 4096, "intermediate_size": 12288, "num_attention_heads": 32,
+                              "num_key_value_heads": 8, "max_position_embeddings": 40960},
+        },
+        chat_template_kwargs={"enable_thinking": False},
     ),
     "toolace2": BackboneSpec(
         name="toolace2",
@@ -109,7 +149,8 @@ BACKBONES: dict[str, BackboneSpec] = {
 }
 
 #: The recipe's backbone groups -> tokenizer.
-RECIPE_BACKBONES = {"qwen2.5-3b": "qwen2.5", "qwen2.5-7b": "qwen2.5", "toolace2-8b": "toolace2"}
+RECIPE_BACKBONES = {"qwen2.5-3b": "qwen2.5", "qwen2.5-7b": "qwen2.5", "qwen3-4b": "qwen3", "qwen3-8b": "qwen3",
+                    "toolace2-8b": "toolace2"}
 
 
 def spec(name: str) -> BackboneSpec:
@@ -158,7 +199,7 @@ def build_tokenizer(name: str):
     hf = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token=s.bos, eos_token=s.eos, pad_token=s.pad, unk_token=None,
         clean_up_tokenization_spaces=False, model_max_length=131072,
-        additional_special_tokens=extra if s.name == "qwen2.5" else None,
+        additional_special_tokens=extra if s.name.startswith("qwen") else None,
     )
     hf.chat_template = s.chat_template
     return hf

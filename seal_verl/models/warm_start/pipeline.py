@@ -4,7 +4,7 @@ plans and record.
 
 1. **Rows, rendered by the real agent loop** (:func:`.render.render_scripted`, :func:`.render.render_under_cue_states`). verl's own
    ``AgentLoopWorker`` runs the environment's training loop with the run's agent-loop file and lengths
-   (:mod:`seal_verl.models.warm_start.run_config`); a scripted client (``seal_verl.dry_run.ScriptedLLM``) answers with a
+   (:mod:`seal_verl.models.warm_start.run_config`); a scripted client (``seal_verl.rollouts.ScriptedLLM``) answers with a
    plan per task (the ground truth, or a failing plan whose turn labels are known), the environment executes the
    calls and the real observations come back. A row is the token sequence the RL run sees: prompt + response
    tokens, loss on the tokens with ``response_mask`` 1 (what the model generated), none on the prompt,
@@ -254,7 +254,7 @@ def cli(argv: Optional[list[str]], prog: str, doc: str, build_stage: Callable[[a
     env_vars.check_or_exit("warm-start")
     if not os.path.isfile(os.path.join(args.base, "config.json")):
         p.error(f"--base {args.base}: not a model folder (no config.json)")
-    from seal_verl.dry_run import quiet_libraries
+    from seal_verl.rollouts import quiet_libraries
 
     quiet_libraries()
     try:

@@ -98,7 +98,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--top", type=int, default=5, help="costliest tokens listed (default: %(default)s)")
     p.add_argument("--json", default=None, help="also write the per-state numbers (no per-token lists) here")
     args = p.parse_args(argv)
-    from seal_verl.dry_run import quiet_libraries
+    from seal_verl.rollouts import quiet_libraries
 
     if not os.path.isfile(os.path.join(args.model, "config.json")):
         p.error(f"{args.model}: not a model folder (no config.json)")

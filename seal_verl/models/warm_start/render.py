@@ -11,6 +11,7 @@ import json
 import os
 from typing import Optional, Sequence
 
+from seal_verl.core import extras as X
 from seal_verl.models.warm_start.target import Target, WarmStartError
 
 
@@ -18,7 +19,7 @@ def loop_config(target: Target, model: str, rollouts: int, loop: Optional[str] =
                 overrides: Optional[list[str]] = None):
     """verl's config for the in-process agent loop: the run's lengths, agent-loop file and sampling, ``loop`` (the
     training loop unless named) as the default loop, the environment's reward function, default SEAL settings."""
-    from seal_verl import dry_run as dr
+    from seal_verl import rollouts as dr
     s = target.settings
     return dr.verl_config(model, agent_loop_yaml=s.agent_loops, rollouts=rollouts, prompt_length=s.prompt_length,
                           response_length=s.response_length, reward_path=dr.reward_fn_path(target.env), seal={},
@@ -29,18 +30,19 @@ def loop_config(target: Target, model: str, rollouts: int, loop: Optional[str] =
 
 
 def agent_loop_setup(target: Target, model: str, task_ids: list[str], llm_factory, rollouts: int, out: str,
-                     loop: Optional[str] = None, overrides: Optional[list[str]] = None):
+                     loop: Optional[str] = None, overrides: Optional[list[str]] = None, state_source=None):
     """verl's ``AgentLoopWorker`` in this process over ``task_ids`` (rows of ``loop``, the training loop unless
-    named), with the client ``llm_factory(tokenizer)``. Returns ``(worker, batch, llm)``; the task rows are
-    written to ``out/warm_start_<loop>.parquet``."""
+    named), with the client ``llm_factory(tokenizer)`` and the closed-loop ``state_source`` its training loops
+    read (``make_worker``). Returns ``(worker, batch, llm)``; the task rows are written to
+    ``out/warm_start_<loop>.parquet``."""
     from transformers import AutoTokenizer
 
-    from seal_verl import dry_run as dr
+    from seal_verl import rollouts as dr
     loop = loop or target.loops[0]
     config = loop_config(target, model, rollouts, loop, overrides)
     tokenizer = AutoTokenizer.from_pretrained(model)
     llm = llm_factory(tokenizer)
-    worker = dr.make_worker(config, llm)
+    worker = dr.make_worker(config, llm, state_source=state_source)
     parquet = dr.write_parquet(dr.dataset_rows(task_ids, loop, "train", "json", env=target.env),
                                os.path.join(out, f"warm_start_{loop}.parquet"))
     batch = dr.load_batch(parquet, config, tokenizer, rollouts, uid_prefix="warm-")
@@ -74,20 +76,18 @@ def render_under_cue_states(setup, task_ids: list[str], subsets: Sequence[tuple[
                             expected: Optional[dict] = None) -> tuple[list[dict], list[str]]:
     """Run the scripted trajectories through the real agent loop once per cue subset (any subsets of the cue kinds)
     and keep the rows of the rollouts that pass (or, with ``expected`` = ``{task_id: labels}``, that carry exactly
-    those turn labels: a scripted failure), in task order, then by cue state. ``setup()`` ->
-    ``(worker, batch, scripted_llm)``. Returns ``(rows, rejected)``."""
-    from seal_verl.verl_glue.agent_loop import set_state_source
+    those turn labels: a scripted failure), in task order, then by cue state. ``setup(state_source)`` ->
+    ``(worker, batch, scripted_llm)``, the worker's training loops reading ``state_source``. Returns
+    ``(rows, rejected)``."""
+    current: dict = {}
 
     async def go():
-        worker, batch, llm = setup()
+        worker, batch, llm = setup(lambda step: current["state"])
         gens = []
-        try:
-            for subset in subsets:
-                set_state_source(cue_state(subset))
-                llm.reset()
-                gens.append((tuple(subset), await worker.generate_sequences(batch)))
-        finally:
-            set_state_source(None)
+        for subset in subsets:
+            current["state"] = cue_state(subset)
+            llm.reset()
+            gens.append((tuple(subset), await worker.generate_sequences(batch)))
         return gens
 
     rows, failed = [], []
@@ -104,10 +104,10 @@ def rows_of(gen, subset: tuple, failed: list, expected: Optional[dict] = None) -
     rows = []
     n = gen.batch["prompts"].shape[1]
     for i in range(len(gen)):
-        trace = json.loads(gen.non_tensor_batch["seal_trace"][i])
-        if (float(gen.non_tensor_batch["score"][i]) != 1.0 if expected is None else
-                json.loads(str(gen.non_tensor_batch["seal_labels"][i])) != expected[trace["task_id"]]):
-            failed.append(f"{trace['task_id']} (labels {gen.non_tensor_batch['seal_labels'][i]}, cues {subset})")
+        trace = json.loads(gen.non_tensor_batch[X.TRACE][i])
+        if (float(gen.non_tensor_batch[X.SCORE][i]) != 1.0 if expected is None else
+                json.loads(str(gen.non_tensor_batch[X.LABELS][i])) != expected[trace["task_id"]]):
+            failed.append(f"{trace['task_id']} (labels {gen.non_tensor_batch[X.LABELS][i]}, cues {subset})")
             continue
         att = gen.batch["attention_mask"][i].bool()
         prompt = gen.batch["prompts"][i][att[:n]].tolist()
@@ -127,14 +127,15 @@ def render_scripted(target: Target, model: str, task_ids: list[str], out: str, p
     """Rows of the scripted rollouts ``plan(task)`` -> ``Plan`` of every task, played through the training loop
     under each cue subset in ``subsets``; kept when the rollout passes or, with ``expected``
     (``{task_id: labels}``), when it carries exactly those labels. Returns ``(rows, rejected)``."""
-    from seal_verl import dry_run as dr
+    from seal_verl import rollouts as dr
     env = dr.environment(target.env)
     tasks = {t: env.load_task(t) for t in task_ids}
 
     def factory(tok):
         return dr.ScriptedLLM(tok, tasks, default=plan, env=target.env)
 
-    return render_under_cue_states(lambda: agent_loop_setup(target, model, task_ids, factory, 1, out), task_ids,
+    return render_under_cue_states(lambda source: agent_loop_setup(target, model, task_ids, factory, 1, out,
+                                                                   state_source=source), task_ids,
                                    subsets, expected)
 
 
@@ -142,7 +143,7 @@ def ground_truth_rows(target: Target, model: str, task_ids: list[str], out: str,
                       subsets: Sequence[tuple[str, ...]] = ((),), hint: str = "") -> list[dict]:
     """Rows of every task's ground truth under each cue subset; raises :class:`WarmStartError` (naming the run's
     budgets, then ``hint``) when a ground-truth rollout does not pass: the model could not learn it."""
-    from seal_verl import dry_run as dr
+    from seal_verl import rollouts as dr
     book = dr.PlanBook("json", 0, env=target.env)
     rows, failed = render_scripted(target, model, task_ids, out, lambda task: book.get(task, "pass"), subsets)
     if failed:

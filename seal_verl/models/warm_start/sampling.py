@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
+from seal_verl.core import extras as X
 from seal_verl.models.warm_start.render import agent_loop_setup, run_loop
 from seal_verl.models.warm_start.target import Target
 
@@ -104,8 +105,8 @@ def sampled_pass_rates(model_dir: str, task_ids: list[str], seed: int, setup) ->
     result: dict[str, dict] = {t: {"scores": [], "labels": []} for t in task_ids}
     for i in range(len(gen)):
         tid = str(gen.non_tensor_batch["task_id"][i])
-        result[tid]["scores"].append(float(gen.non_tensor_batch["score"][i]))
-        result[tid]["labels"].append(json.loads(str(gen.non_tensor_batch["seal_labels"][i])))
+        result[tid]["scores"].append(float(gen.non_tensor_batch[X.SCORE][i]))
+        result[tid]["labels"].append(json.loads(str(gen.non_tensor_batch[X.LABELS][i])))
     for r in result.values():
         r["pass_rate"] = sum(r["scores"]) / max(len(r["scores"]), 1)
     return result

@@ -27,6 +27,6 @@ class Target:
     @property
     def loops(self) -> tuple[str, str]:
         """(training loop, evaluation loop) of the environment."""
-        from seal_verl.dry_run import loop_names
+        from seal_verl.rollouts import loop_names
 
         return loop_names(self.env)

@@ -1,4 +1,4 @@
-"""Which environment and which agent loops the dry run and its helpers use."""
+"""Which environment and which agent loops in-process rollouts use (the dry run, the warm starts, the recipe tools)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ EVAL_LOOP = "bfcl"
 #: The loops of any other environment (rows name their environment in ``extra_info.env``).
 GENERIC_TRAIN_LOOP = "seal_env"
 GENERIC_EVAL_LOOP = "env"
-#: The environment the dry run and its helpers use unless told otherwise.
+#: The environment used unless told otherwise.
 DEFAULT_ENV = "bfcl"
 
 

@@ -1,7 +1,8 @@
-"""Set-up of the dry run and the tests: the tiny model, the agent-loop YAML, dataset rows, cue-marker checks.
+"""Set-up of in-process rollouts (the dry run, the warm starts, the recipe tools, the tests): the tiny model, the
+agent-loop YAML, verl's config, dataset rows and parquet files, quiet libraries, and reading a rollout back.
 
 The parts that touch verl (its config, dataset, agent-loop and reward workers) live in the glue
-(``seal_verl.verl_glue.in_process``) and are re-exported here, so the dry run reaches verl only through the glue.
+(``seal_verl.verl_glue.in_process``) and are re-exported here; this module imports no verl itself.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from seal_verl.verl_glue.in_process import InProcessRewardWorker, compose_config
 
 from .environments import DEFAULT_ENV, TRAIN_LOOP, environment, loop_names
 
-__all__ = ["InProcessRewardWorker", "dataset_rows", "hint_flags", "load_batch", "make_worker", "reward_fn_path",
-           "rollout_texts", "tiny_model", "verl_config", "write_agent_loop_yaml", "write_parquet"]
+__all__ = ["InProcessRewardWorker", "dataset_rows", "hint_flags", "load_batch", "make_worker", "quiet_libraries",
+           "reward_fn_path", "rollout_texts", "tiny_model", "verl_config", "write_agent_loop_yaml", "write_parquet"]
 
 
 def tiny_model(path: str) -> str:
@@ -105,3 +106,24 @@ def hint_flags(gen, tokenizer) -> list[bool]:
         prompt, model, obs = rollout_texts(gen, tokenizer, i)
         out.append(marker in prompt or marker in model or marker in obs)
     return out
+
+
+def quiet_libraries() -> None:
+    """Silence per-step chatter of the libraries (dataset progress bars, tokenizer length warnings); used by the
+    dry run, the warm starts and the recipe tools that drive the same libraries."""
+    import logging
+
+    try:
+        import datasets
+
+        datasets.disable_progress_bars()
+        datasets.utils.logging.set_verbosity_error()
+    except Exception:  # noqa: BLE001 - cosmetic only
+        pass
+    try:
+        import transformers
+
+        transformers.utils.logging.set_verbosity_error()
+    except Exception:  # noqa: BLE001
+        pass
+    logging.getLogger("verl").setLevel(logging.WARNING)
