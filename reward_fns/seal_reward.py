@@ -58,11 +58,16 @@ from dataclasses import asdict, fields
 from typing import Any, Optional
 
 from env_wrappers.registry import get_environment
+from seal_verl import env_vars
 from seal_verl.core import extras as X
 from seal_verl.core import taxonomy as tx
 from seal_verl.core.diagnosis import diagnose
 from seal_verl.core.settings import RewardOptions
 from seal_verl.core.trace import Trace
+
+# The project's SEAL_ settings, parsed when verl's reward worker loads this file: a bad value stops the worker with
+# one line naming its variable, before any rollout is graded under it.
+env_vars.check()
 
 __all__ = ["compute_score", "grade", "parse_options", "TRACE_KEY", "TASK_ID_KEY", "ENV_KEY", "PROFILE_PREFIX", "RESULT_KEYS",
            "DEFAULTS", "RewardOptions"]

@@ -71,7 +71,7 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
         out=args.out, env=args.env, steps=args.steps, tasks_per_step=args.tasks_per_step, rollouts=args.rollouts,
         val_tasks=args.val_tasks, call_format=call_format, seed=args.seed, model=args.model,
         max_tokens_per_turn=args.max_tokens_per_turn, max_cue_tokens=args.max_cue_tokens,
-        progress=not args.no_progress, preset=args.preset,
+        progress=not args.no_progress, preset=args.preset, force=args.force,
     )
     if args.preset:
         from .dry_run.presets import load_preset
@@ -97,6 +97,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     except ReportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    for line in rep.notes:
+        print(f"note: {line}", file=sys.stderr)
     for line in rep.warnings:
         print(f"warning: {line}", file=sys.stderr)
     print(rep.text)
@@ -192,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a recipe preset (recipes/bfcl_v3/config/preset): paper = the SEAL paper's settings "
                          "(reward = the verifier unchanged, static rho from its table; docs/paper_settings.md)")
     dr.add_argument("--no-progress", action="store_true", help="no progress bar")
+    dr.add_argument("--force", action="store_true",
+                    help="move an earlier run's files in --out aside (into a dated sibling folder) instead of stopping")
     dr.set_defaults(func=_cmd_dry_run)
 
     _add_report_parser(sub)
@@ -201,7 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from . import env_vars
+
     args = build_parser().parse_args(argv)
+    env_vars.check_or_exit("seal-verl")  # a bad SEAL_ setting is one line and exit 2, before any work
     try:
         return args.func(args)
     except UsageError as exc:

@@ -65,6 +65,12 @@ def drop_name(kind: str) -> str:
     return f"drop:{kind}"
 
 
+#: the levels an interval may have, and the largest probe and sampling temperature a run may ask for
+CONFIDENCE_RANGE = (0.5, 0.999)
+MAX_PROBE_ROLLOUTS = 10_000
+MAX_TEMPERATURE = 10.0
+
+
 @dataclass
 class CueEffectConfig:
     """The cue-effect probe (``seal.cue_effect``).
@@ -76,13 +82,16 @@ class CueEffectConfig:
             :func:`pick_tasks`).
         samples: rollouts per task and condition.
         max_rollouts: budget of one probe; when ``tasks x samples x conditions`` exceeds it, fewer tasks are
-            probed (never fewer than one). At least ``samples x 7`` (five kinds on: current, none, five drops).
-        confidence: level of the intervals, in (0, 1).
-        temperature: sampling temperature of the probe's rollouts; null takes the training rollouts'
-            (``actor_rollout_ref.rollout.temperature``), so the probe measures the policy that trains.
+            probed (never fewer than one). At least ``samples x 7`` (five kinds on: current, none, five drops),
+            at most :data:`MAX_PROBE_ROLLOUTS`.
+        confidence: level of the intervals, in [:data:`CONFIDENCE_RANGE`] (0.5 to 0.999: below, an interval says
+            less than a coin; above, it covers everything a probe can measure).
+        temperature: sampling temperature of the probe's rollouts, at most :data:`MAX_TEMPERATURE`; null takes
+            the training rollouts' (``actor_rollout_ref.rollout.temperature``), so the probe measures the policy
+            that trains.
         seed: with the run's seed, orders the training set the probes rotate over.
         retire: let the closed loop retire a kind whose effect stays below zero beyond its interval (beyond
-            the paper; off by default and in the ``paper`` preset).
+            the paper; off by default and in the ``paper`` preset; needs the probe on, ``every`` > 0).
         retire_after: consecutive probes with the whole interval below zero before a kind is retired.
     """
 
@@ -109,19 +118,26 @@ class CueEffectConfig:
                 raise ValueError(f"{name} must be <= 1000000, got {v!r}")
             setattr(self, name, int(v))
         most = self.samples * (2 + len(CUE_KINDS))
+        if self.max_rollouts > MAX_PROBE_ROLLOUTS:
+            raise ValueError(f"max_rollouts must be <= {MAX_PROBE_ROLLOUTS}, got {self.max_rollouts}: a probe that "
+                             "size would take longer than the training it measures")
         if self.max_rollouts < most:
             raise ValueError(f"max_rollouts ({self.max_rollouts}) must be at least samples x {2 + len(CUE_KINDS)} "
                              f"= {most}: one task under every condition the probe can need")
-        c = self.confidence
-        if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or not 0.0 < c < 1.0:
-            raise ValueError(f"confidence must be a number in (0, 1), got {c!r}")
+        c, (c_lo, c_hi) = self.confidence, CONFIDENCE_RANGE
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or not c_lo <= c <= c_hi:
+            raise ValueError(f"confidence must be a number in [{c_lo}, {c_hi}], got {c!r}")
         self.confidence = float(c)
         t = self.temperature
         if t is not None:
-            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-                raise ValueError(f"temperature must be null or a number >= 0, got {t!r}")
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) \
+                    or not 0 <= t <= MAX_TEMPERATURE:
+                raise ValueError(f"temperature must be null or a number in [0, {MAX_TEMPERATURE}], got {t!r}")
             self.temperature = float(t)
         self.retire = parse_bool(self.retire, "retire")
+        if self.retire and not self.enabled:
+            raise ValueError("retire needs the probe (every > 0): with every: 0 no kind is ever measured, so none "
+                             "can be retired")
         return self
 
     @property

@@ -22,7 +22,7 @@ from seal_verl.core.interface import InterfaceConfig
 from seal_verl.core.loop import SealSwitches
 from seal_verl.core.weighting import WeightingConfig
 
-__all__ = ["StateActorConfig", "SealSettings", "RewardOptions", "field_rows", "markdown_table"]
+__all__ = ["StateActorConfig", "SealSettings", "RewardOptions", "field_rows", "markdown_table", "paper_departures"]
 
 #: Ray resource names that are not custom resources (Ray takes them as separate options).
 _BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
@@ -114,6 +114,36 @@ class SealSettings:
             _check_folder(getattr(self, name), f"{where}.{name}")
         return self
 
+    @classmethod
+    def from_dict(cls, d: Optional[dict[str, Any]]) -> "SealSettings":
+        """The settings a run recorded (``to_dict``'s output, as a run folder's ``config.json`` keeps it); a
+        section it leaves out takes its defaults here, the one place they live.
+
+        Raises:
+            ValueError: not a mapping, an unknown section or key, or a value a section refuses (the message
+                starts with the section's name).
+        """
+        if d is None:
+            d = {}
+        if not isinstance(d, dict):
+            raise ValueError(f"the seal section must be a mapping, got {type(d).__name__}")
+        unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown seal section(s) {unknown}")
+        out = cls()
+        for name, kind in (("switches", SealSwitches), ("weighting", WeightingConfig),
+                           ("interface", InterfaceConfig), ("cue_effect", CueEffectConfig)):
+            try:
+                setattr(out, name, kind.from_dict(d.get(name)))
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"seal.{name}: {exc}") from None
+        actor = d.get("state_actor") or {}
+        if not isinstance(actor, dict) or set(actor) - {f.name for f in dataclasses.fields(StateActorConfig)}:
+            raise ValueError(f"seal.state_actor: not the state actor's settings: {actor!r:.80}")
+        out.state_actor = StateActorConfig(**actor)
+        out.state_dir, out.run_dir = d.get("state_dir"), d.get("run_dir")
+        return out.validate()
+
     @property
     def any_on(self) -> bool:
         """True when any SEAL switch is on."""
@@ -181,6 +211,23 @@ class RewardOptions:
             raise ValueError(f"near_miss_credit + argument_credit must be below 1, got {self.near_miss_credit!r} + "
                              f"{self.argument_credit!r}: a near miss earns less than a passing turn")
         return self
+
+
+#: the settings beyond the paper that the ``paper`` preset leaves at their default: key -> (is it on?, what it is)
+_BEYOND_THE_PAPER = {
+    "seal.cue_effect.retire": (lambda st: st.cue_effect.retire,
+                               "retires cue kinds on the probe's measurements, which the paper's closed loop does not"),
+}
+
+
+def paper_departures(settings: "SealSettings", preset: Optional[str]) -> list[str]:
+    """One line per setting beyond the paper that a run of the ``paper`` preset has switched on (empty for any
+    other preset): said on the console, by ``seal-verl check`` and by the report, since the run then no longer
+    reproduces the paper's settings."""
+    if preset != "paper":
+        return []
+    return [f"{key} is on under preset=paper: the run {what}; it leaves the paper's settings"
+            for key, (on, what) in _BEYOND_THE_PAPER.items() if on(settings)]
 
 
 def _type_name(tp: Any) -> str:

@@ -41,6 +41,9 @@ class DryRunConfig:
     max_cue_tokens: Optional[int] = None
     progress: bool = True
     verbose: bool = True
+    #: consent to move an earlier run's files in ``out`` aside (into a dated sibling folder); without it such a
+    #: folder is refused (``seal_verl.outputs``)
+    force: bool = False
     #: a recipe preset (recipes/bfcl_v3/config/preset/<name>.yaml, e.g. "paper"): its seal.weighting and
     #: seal.interface are merged over ``seal``, its reward_kwargs under ``reward_kwargs``
     preset: Optional[str] = None
@@ -149,10 +152,27 @@ class DryRun:
             print(msg, flush=True)
 
     def run(self) -> list[dict]:
+        """Claim the run folder (refused if it holds an earlier run's results without ``force``; locked while the
+        dry run writes it), then run.
+
+        Raises:
+            seal_verl.outputs.OutputRefused: the folder cannot be used (one line).
+        """
+        from seal_verl import outputs
+        from seal_verl.runs import folder as RF
+
+        out = os.path.abspath(self.cfg.out)
+        model = self.cfg.model
+        own = {RF.DRY_AGENT_LOOPS, RF.DRY_TRAIN_BATCH, RF.DRY_VAL_BATCH, RF.DRY_PROBE_BATCH, RF.DRY_MODEL}
+        given = [model] if model and not os.path.abspath(model).startswith(out + os.sep) else []
+        claim = outputs.claim(out, "seal-verl dry-run", reusable=lambda name: name in own, force=self.cfg.force,
+                              other_hint="--out <another folder>", inputs=given, option="--out")
+        outputs.say(claim, "[dry-run]")
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         try:
-            return self._run(loop)
+            with claim:
+                return self._run(loop)
         finally:
             loop.close()
             asyncio.set_event_loop(None)
@@ -183,6 +203,10 @@ class DryRun:
                              response_length=cfg.response_length, seal=seal_section, reward_path=reward_fn_path(cfg.env),
                              reward_kwargs=reward_kwargs)
         seal_cfg = parse_seal_config(config.seal)
+        from seal_verl.core.settings import paper_departures
+
+        for line in paper_departures(seal_cfg, cfg.preset):
+            self._log(f"[dry-run] {line}")
         driver = SealDriver(seal_cfg, actor=None)  # in-process: the agent loops read the state directly
 
         env = environment(cfg.env)
@@ -201,13 +225,11 @@ class DryRun:
         self.setup = _Setup(config=config, tokenizer=tokenizer, worker=worker, llm=llm, book=book, tasks=tasks,
                             loop=loop, out=out, train_loop=train_loop)
         # The trainer's run-folder writer, so a dry run's folder reads exactly like a real run's. A fresh run: the
-        # appended files start empty, and no step file of an earlier, longer run stays to be read as this run's
-        # (verl's checkpoints, which a dry run never writes, stay).
-        RF.clean(out, checkpoints=False)
+        # folder was claimed (run()), so it holds no earlier run's rows to append to.
         folder = RF.RunFolder(out)
         writer = StepWriter(folder)
         folder.write_config({"dry_run": {k: v for k, v in asdict(cfg).items()}, "seal": seal_cfg.to_dict(),
-                             "reward_kwargs": reward_kwargs, "model": model})
+                             "reward_kwargs": reward_kwargs, "model": model, "preset": cfg.preset})
         provenance.write(out, config, trainer="seal-verl dry-run", data=provenance.split_identity(split),
                          extra_overrides=[f"{k}={v}" for k, v in asdict(cfg).items()],
                          recipe={"preset": cfg.preset, "variant": None, "env": cfg.env, "policy": cfg.policy})

@@ -22,6 +22,7 @@ import os
 import sys
 import time
 from typing import Optional
+from seal_verl.core import extras as EXTRAS
 
 DEFAULT_SAMPLES = 4
 SPLITS = ("train", "eval")
@@ -48,7 +49,7 @@ def records_of(gen, split: str, condition: str) -> list[dict]:
     for i in range(len(gen)):
         task = str(gen.non_tensor_batch["task_id"][i])
         seen[task] = seen.get(task, -1) + 1
-        labels = json.loads(str(gen.non_tensor_batch["seal_labels"][i]))
+        labels = json.loads(str(gen.non_tensor_batch[EXTRAS.LABELS][i]))
         out.append({"split": split, "condition": condition, "task_id": task, "sample": seen[task],
                     "reward": float(gen.non_tensor_batch["score"][i]), "passed": all(z == "pass" for z in labels)})
     return out

@@ -5,7 +5,9 @@ Building a CPU warm start takes minutes and, from the same code and seed, gives 
 every machine start from the same weights and a fresh clone train within minutes. Each shipped folder holds the
 model's own files and ``build.json``:
 
-- ``files``: the SHA-256 of every file (``verify`` checks them before a run uses the folder);
+- ``files``: the SHA-256 of every file (``verify`` checks them before a run uses the folder, and refuses a file the
+  record does not name: the loaders read what is in the folder, so an added ``special_tokens_map.json`` would
+  change the tokenizer unseen);
 - ``command``: the command that rebuilds the model (the runs' ``REBUILD=1``), and ``built_by``: the git commit of
   the code that built it, the versions of Python, torch and transformers, the date; ``note``: what the model is and
   which warm start of ``seal_verl.models.warm_start`` built it (``make ship-warm-starts`` passes it);
@@ -24,7 +26,10 @@ changes (tracked files that differ from the commit, files git neither tracks nor
 removed file), so the record still says exactly what built the model. A record shipped without that list carries
 ``built_by.checked_against_commit`` instead: what was verified of its build against the commit afterwards.
 
-No verl import.
+:func:`check_model` is what every user of a model folder calls (the CPU runs for ``SEAL_CPU_MODEL`` /
+``LEDGER_MODEL``, the cue-effect measurement): a folder with ``build.json`` is verified against it, a warm start's
+cache against the file digests of its own record (``warm_start.json``), and a folder with neither is used as it is,
+and said to be unverified. No verl import.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import platform
 import shutil
 import subprocess
 import sys
-from typing import Optional
+from typing import Callable, Optional
 
 BUILD_FILE = "build.json"
 #: the files of a model folder that a run reads (weights, config, tokenizer, chat template) and the warm start's record
@@ -53,7 +58,11 @@ _PATH_KEYS = ("out", "base", "split_file")
 
 
 class ShippedModelError(ValueError):
-    """A shipped model folder that cannot be used as it is; the message is one line."""
+    """A model folder that cannot be used as it is; the message is one line."""
+
+
+class CacheError(ShippedModelError):
+    """The run's model cache cannot take a copy of a shipped model (the shipped folder itself is fine)."""
 
 
 def file_sha256(path: str) -> str:
@@ -170,47 +179,119 @@ def ship(src: str, dest: str, command: str, repo: Optional[str] = None, note: st
     return build
 
 
-def verify(folder: str) -> dict:
-    """The folder's ``build.json`` after checking every recorded file's SHA-256.
+def read_record(path: str) -> dict:
+    """A JSON object from ``path`` (``build.json``, a warm start's record).
 
     Raises:
-        ShippedModelError: no record, a recorded file missing, or a file whose bytes changed.
+        ShippedModelError: absent, unreadable, not JSON (nesting too deep included), or not an object; one line.
     """
-    path = os.path.join(folder, BUILD_FILE)
     try:
         with open(path, encoding="utf-8") as fh:
-            build = json.load(fh)
+            record = json.load(fh)
     except FileNotFoundError:
-        raise ShippedModelError(f"{folder} has no {BUILD_FILE}: not a shipped model") from None
-    except ValueError:
+        raise ShippedModelError(f"{path} is missing") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ShippedModelError(f"{path} cannot be read: {exc}") from None
+    except (ValueError, RecursionError):
         raise ShippedModelError(f"{path} is not valid JSON") from None
-    files = build.get("files") if isinstance(build, dict) else None
-    if not isinstance(files, dict) or not any(w in files and c in files for w, c in WEIGHTS):
-        raise ShippedModelError(f"{path} records no model files")
-    for name, digest in files.items():
+    if not isinstance(record, dict):
+        raise ShippedModelError(f"{path} is not a JSON object")
+    return record
+
+
+def verify_files(folder: str, files: object, record: str, fix: str,
+                 unrecorded_ok: Callable[[str], bool] = lambda name: False) -> None:
+    """Check that ``folder`` holds exactly the files ``files`` (name -> SHA-256, from ``record``) records, with
+    those bytes; entries ``unrecorded_ok`` accepts may be there too (the record itself, a renderer's data).
+
+    Raises:
+        ShippedModelError: one line naming the file, ending in ``fix`` (how to repair the folder).
+    """
+    if not isinstance(files, dict) or not any(w in files and c in files for w, c in WEIGHTS) \
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        raise ShippedModelError(f"{os.path.join(folder, record)} records no model files")
+    for name in sorted(os.listdir(folder)):
+        if name not in files and name != record and not unrecorded_ok(name):
+            raise ShippedModelError(f"{os.path.join(folder, name)} is not recorded in {record}: the loaders read "
+                                    f"every file of the folder, and this one is not the model as built; {fix}")
+    for name, digest in sorted(files.items()):
         file = os.path.join(folder, name)
         if not os.path.isfile(file):
-            raise ShippedModelError(f"{file} is missing (recorded in {BUILD_FILE})")
+            raise ShippedModelError(f"{file} is missing (recorded in {record}); {fix}")
         if file_sha256(file) != digest:
-            raise ShippedModelError(f"{file} differs from the shipped model (SHA-256 mismatch); rebuild it with: "
-                                    f"{build.get('command')}")
+            raise ShippedModelError(f"{file} differs from the model as built (SHA-256 mismatch); {fix}")
+
+
+def _restore_hint(folder: str) -> str:
+    return (f"restore the folder (git checkout -- {folder}), or build a model on this machine instead: "
+            "REBUILD=1")
+
+
+def verify(folder: str) -> dict:
+    """The folder's ``build.json`` after checking every recorded file's SHA-256, and that it holds no other file.
+
+    Raises:
+        ShippedModelError: no record, a recorded file missing or changed, or a file the record does not name.
+    """
+    if not os.path.isfile(os.path.join(folder, BUILD_FILE)):
+        raise ShippedModelError(f"{folder} has no {BUILD_FILE}: not a shipped model")
+    build = read_record(os.path.join(folder, BUILD_FILE))
+    verify_files(folder, build.get("files"), BUILD_FILE, _restore_hint(folder))
     return build
+
+
+def check_model(folder: str, option: str = "model") -> str:
+    """Check a model folder a command is given before any work; returns how it was verified, in words.
+
+    Raises:
+        ShippedModelError: not a folder, no ``config.json`` or no weights, or files that differ from the
+            folder's ``build.json`` or warm-start record (one line, naming ``option``).
+    """
+    if not os.path.isdir(folder):
+        raise ShippedModelError(f"{option}={folder}: not a folder")
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        raise ShippedModelError(f"{option}={folder}: not a model folder (no config.json)")
+    if not any(n.endswith(".safetensors") or n == "pytorch_model.bin" for n in os.listdir(folder)):
+        raise ShippedModelError(f"{option}={folder}: not a model folder (no weights: model.safetensors)")
+    if os.path.exists(os.path.join(folder, BUILD_FILE)):
+        verify(folder)
+        return f"verified against its {BUILD_FILE}"
+    record = os.path.join(folder, WARM_START_RECORD)
+    if os.path.exists(record):
+        files = read_record(record).get("files")
+        if files is not None:
+            verify_files(folder, files, WARM_START_RECORD, "rebuild it (REBUILD=1 rebuilds a cached warm start)",
+                         lambda name: name.endswith(".parquet"))
+            return f"verified against its {WARM_START_RECORD}"
+    return f"not verified: it has no {BUILD_FILE}"
 
 
 def use(folder: str, dest: str) -> str:
     """Check the shipped ``folder`` and copy it to ``dest`` (the runs' model cache) unless ``dest`` already holds
-    these exact files; returns ``dest``. The runs never write into the shipped folder itself."""
+    these exact files; returns ``dest``. The runs never write into the shipped folder itself.
+
+    Raises:
+        ShippedModelError: the shipped folder is damaged (or has no ``build.json``).
+        CacheError: ``dest`` cannot take the copy (a file or a link where the folder belongs, no permission).
+    """
     build = verify(folder)
+    if os.path.islink(dest) or (os.path.lexists(dest) and not os.path.isdir(dest)):
+        raise CacheError(f"the model cache {dest} is {'a link' if os.path.islink(dest) else 'not a folder'}; the "
+                         "runs copy the shipped model there: remove it, or point SEAL_CPU_MODELS elsewhere")
     try:
         same = verify(dest) == build
     except ShippedModelError:
         same = False
     if not same:
         tmp = dest.rstrip("/") + ".tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(folder, tmp)
-        shutil.rmtree(dest, ignore_errors=True)
-        os.replace(tmp, dest)
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(folder, tmp)
+            shutil.rmtree(dest, ignore_errors=True)  # a copy of the shipped model the runs made: never a user's
+            os.replace(tmp, dest)
+        except OSError as exc:
+            raise CacheError(f"cannot copy the shipped model into the cache {dest}: {exc.strerror or exc}; point "
+                             "SEAL_CPU_MODELS at a writable folder") from None
     return os.path.abspath(dest)
 
 
@@ -232,6 +313,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     sub.add_parser("clean-tree", help="exit 1 naming the uncommitted changes of the checkout here, if any "
                    "(before a build that will be shipped)")
     args = p.parse_args(argv)
+    from seal_verl import env_vars
+
+    env_vars.check_or_exit("shipped")
     try:
         if args.cmd == "ship":
             build = ship(args.src, args.dest, args.command, note=args.note, allow_dirty=args.allow_dirty)

@@ -27,6 +27,7 @@ import shutil
 import sys
 import time
 from typing import Optional
+from seal_verl.core import extras as EXTRAS
 
 INFO_FILE = "warm_start.json"
 ADAPTER_DIR = "adapter"
@@ -162,7 +163,7 @@ def pass_rates(model_dir: str, task_ids: list[str], samples: int, seed: int, out
     for i in range(len(gen)):
         tid = str(gen.non_tensor_batch["task_id"][i])
         result[tid]["scores"].append(float(gen.non_tensor_batch["score"][i]))
-        result[tid]["labels"].append(json.loads(str(gen.non_tensor_batch["seal_labels"][i])))
+        result[tid]["labels"].append(json.loads(str(gen.non_tensor_batch[EXTRAS.LABELS][i])))
     for r in result.values():
         r["pass_rate"] = sum(r["scores"]) / max(len(r["scores"]), 1)
     return result

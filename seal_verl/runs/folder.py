@@ -1,8 +1,10 @@
 """What a SEAL run leaves on disk, in one place: the file names, the rows, one writer, one reader, the clean-up.
 
 A run folder is written by the SEAL trainer (``seal.run_dir``: the V1 trainer and the legacy path, through
-``verl_glue``) and by ``seal-verl dry-run``; it is read by ``seal-verl report``, ``seal-verl check``, the console
-watcher (``run_watch``), the benchmarks and the run scripts' clean-up. Keeping the layout here means a new file or
+``verl_glue``), by ``seal-verl dry-run`` and by the CPU runs' launcher (``recipes/bfcl_v3/cpu/launch.py``); it is read
+by ``seal-verl report``, ``seal-verl check``, the console watcher (``runs.watch``) and the benchmarks. Nothing here
+deletes: a command that writes a run folder claims it first (``seal_verl.outputs``: earlier results are refused,
+or moved aside with consent). Keeping the layout here means a new file or
 key is added once, and a folder from an older run (or copied off a cluster) reads the same way everywhere.
 No verl import.
 
@@ -16,12 +18,17 @@ Layout (``k`` is verl's global step, from 1, the number the console and the chec
 - ``probe_step_{k}.jsonl``: one :class:`ProbeRow` per rollout of the cue-effect probe run at step ``k``;
 - ``metrics.jsonl``: one :class:`StepRow` per step, appended (a run resumed into the folder continues it);
 - ``val_traces.jsonl``: one :class:`ValRow` per validation rollout, appended, each with its ``global_step``;
-- written by the run scripts around verl: ``timing.json`` (exit code, seconds per phase), ``main_ppo.log``
-  (verl's console), ``checkpoints/`` (verl's, with ``global_step_N/seal_state.json``), ``prepare.json``.
+- written by the CPU runs' launcher around verl, through :func:`write_timing` and :func:`write_prepare`:
+  ``timing.json`` (:class:`Timing`), ``prepare.json`` (:class:`Prepared`), ``main_ppo.log`` (verl's console),
+  ``checkpoints/`` (verl's, with ``global_step_N/seal_state.json``).
+
+A run made with a fault-injection variable set (``seal_verl.env_vars``) says so in ``config.json``, in every
+``metrics.jsonl`` row and in ``timing.json`` (:data:`FAULT_SETTINGS`: variable -> value; the V1 trainer's own
+``faults`` lists the faults it planted).
 
 Rows are plain JSON objects; their types and their builders are in :mod:`seal_verl.runs.rows`. Readers never fail
 on a damaged row: a line cut by a crash or a line that is not a JSON object is skipped and reported as
-:class:`Damage`.
+:class:`Damage` (``runs.jsonl``: the lines every file is written and read as).
 """
 
 from __future__ import annotations
@@ -29,15 +36,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from seal_verl.atomic import atomic_write_text
+from seal_verl.runs.jsonl import Damage, line, read_object, read_rows
 # The row types and their builders live in ``seal_verl.runs.rows``; named here for the readers of this module.
-from seal_verl.runs.rows import (CueEffect, ProbeRow, StateRow, StepRow, Timing, TraceRow, ValRow,  # noqa: F401
-                                 json_safe)
+from seal_verl.runs.rows import (CueEffect, Prepared, ProbeRow, StateRow, StepRow, Timing, TraceRow,  # noqa: F401
+                                 ValRow, json_safe)
 
 # ------------------------------------------------------------------------------------------------ file names
 
@@ -48,10 +55,16 @@ VALIDATION = "val_traces.jsonl"
 TIMING = "timing.json"
 LOG = "main_ppo.log"
 CHECKPOINTS = "checkpoints"
+#: the key under which config.json, every metrics row and timing.json record the fault-injection variables set
+FAULT_SETTINGS = "fault_settings"
+#: Hydra's own record of the composed config (``hydra.run.dir``)
+HYDRA = "hydra"
 #: the SEAL state inside each of verl's ``global_step_N`` checkpoint folders
 CHECKPOINT_STATE = "seal_state.json"
-#: the CPU run scripts' record of the model and data a run starts from
+#: the CPU runs' record of the model and data a run starts from, and the preparation's console output
 PREPARE = "prepare.json"
+PREPARE_LOG = "prepare.log"
+DATA = "data"
 #: the dry run's own files: its agent-loop file, the batches it feeds the worker, the tiny model it makes
 DRY_AGENT_LOOPS = "agent_loops.yaml"
 DRY_TRAIN_BATCH = "batch.parquet"
@@ -66,7 +79,7 @@ _TEMP_PREFIX = ".seal_run."
 
 #: names ``python -m seal_verl.runs.folder path`` knows (the run scripts ask for these)
 NAMED = {"config": CONFIG, "provenance": PROVENANCE, "metrics": METRICS, "validation": VALIDATION, "timing": TIMING, "log": LOG,
-         "checkpoints": CHECKPOINTS, "prepare": PREPARE}
+         "checkpoints": CHECKPOINTS, "prepare": PREPARE, "prepare_log": PREPARE_LOG, "data": DATA, "hydra": HYDRA}
 
 
 def traces_name(k: int) -> str:
@@ -86,9 +99,25 @@ def checkpoint_state(run_dir: str, k: int) -> str:
     return os.path.join(run_dir, CHECKPOINTS, f"global_step_{int(k)}", CHECKPOINT_STATE)
 
 
+#: the most digits a step number of a file name may have (a longer one is no step of a run)
+_STEP_DIGITS = 9
+
+
 def _step_of(name: str, kind: tuple[str, str]) -> Optional[int]:
-    m = re.fullmatch(re.escape(kind[0]) + r"(\d+)" + re.escape(kind[1]), name)
+    m = re.fullmatch(re.escape(kind[0]) + r"(\d{1,%d})" % _STEP_DIGITS + re.escape(kind[1]), name)
     return int(m.group(1)) if m else None
+
+
+def _looks_like_step_file(name: str) -> bool:
+    """A name of a step file's kind whose step is not a number a run could have written."""
+    return any(name.startswith(k[0]) and name.endswith(k[1]) and _step_of(name, k) is None
+               for k in (_TRACES, _STATE, _PROBE))
+
+
+def is_result(name: str) -> bool:
+    """Whether ``name`` (an entry of a run folder) is part of a run's results: what a new run must not overwrite."""
+    return (name in (CONFIG, PROVENANCE, METRICS, VALIDATION, TIMING, LOG, CHECKPOINTS, HYDRA)
+            or any(_step_of(name, kind) is not None for kind in (_TRACES, _STATE, _PROBE)))
 
 
 # ------------------------------------------------------------------------------------------------ writer
@@ -98,14 +127,19 @@ class RunFolder:
     line with a flush, so a reader polling the folder sees complete files and at most one cut last line."""
 
     def __init__(self, path: str):
+        from seal_verl import env_vars
+
         self.path = os.path.abspath(path)
         os.makedirs(self.path, exist_ok=True)
+        #: fault-injection variables set in this process: recorded with the config and every step
+        self.faults = env_vars.faults()  # {} without any
 
     def file(self, name: str) -> str:
         return os.path.join(self.path, name)
 
     def write_config(self, info: dict) -> str:
         path = self.file(CONFIG)
+        info = dict(info, **{FAULT_SETTINGS: self.faults}) if self.faults else info
         atomic_write_text(path, json.dumps(json_safe(info), indent=1, sort_keys=True), prefix=".seal_state.")
         return path
 
@@ -117,16 +151,16 @@ class RunFolder:
 
     def write_traces(self, k: int, rows: list[TraceRow]) -> str:
         path = self.file(traces_name(k))
-        atomic_write_text(path, "".join(_line(row) for row in rows), prefix=_TEMP_PREFIX)
+        atomic_write_text(path, "".join(line(row) for row in rows), prefix=_TEMP_PREFIX)
         return path
 
     def write_probe(self, k: int, rows: list[ProbeRow]) -> str:
         path = self.file(probe_name(k))
-        atomic_write_text(path, "".join(_line(row) for row in rows), prefix=_TEMP_PREFIX)
+        atomic_write_text(path, "".join(line(row) for row in rows), prefix=_TEMP_PREFIX)
         return path
 
     def append_metrics(self, row: StepRow) -> str:
-        return self._append(METRICS, [row])
+        return self._append(METRICS, [dict(row, **{FAULT_SETTINGS: self.faults}) if self.faults else row])
 
     def append_val(self, rows: list[ValRow]) -> str:
         return self._append(VALIDATION, rows)
@@ -135,117 +169,72 @@ class RunFolder:
         path = self.file(name)
         with open(path, "a", encoding="utf-8") as fh:
             for row in rows:
-                fh.write(_line(row))
+                fh.write(line(row))
             fh.flush()
         return path
 
 
-def _line(row: dict) -> str:
-    return json.dumps(json_safe(row), allow_nan=False) + "\n"
+def write_timing(path: str, timing: Timing) -> str:
+    """Write ``timing.json`` into the run folder ``path`` (whole, atomically)."""
+    file = os.path.join(path, TIMING)
+    atomic_write_text(file, json.dumps(json_safe(dict(timing)), indent=1, sort_keys=True) + "\n", prefix=_TEMP_PREFIX)
+    return file
 
 
-def used(path: str) -> bool:
-    """The folder holds the results of an earlier training run (its metrics or verl's checkpoints)."""
-    return os.path.exists(os.path.join(path, METRICS)) or os.path.isdir(os.path.join(path, CHECKPOINTS))
+def write_prepare(path: str, record: Prepared) -> str:
+    """Write ``prepare.json`` into the run folder ``path`` (whole, atomically)."""
+    file = os.path.join(path, PREPARE)
+    atomic_write_text(file, json.dumps(json_safe(dict(record)), indent=1) + "\n", prefix=_TEMP_PREFIX)
+    return file
 
 
-def clean(path: str, checkpoints: bool = True) -> list[str]:
-    """Remove an earlier run's results from ``path`` (run-folder files, ``timing.json`` and, with
-    ``checkpoints``, verl's checkpoints) so a fresh run neither appends to its rows nor leaves its later steps'
-    files behind. The model, the data, the logs and the dry run's working files stay. Returns the names removed."""
-    if not os.path.isdir(path):
-        return []
-    removed = []
-    for name in sorted(os.listdir(path)):
-        target = os.path.join(path, name)
-        if name == CHECKPOINTS and checkpoints and os.path.isdir(target):
-            shutil.rmtree(target)
-        elif name in (CONFIG, PROVENANCE, METRICS, VALIDATION, TIMING) or any(_step_of(name, kind) is not None
-                                                                  for kind in (_TRACES, _STATE, _PROBE)):
-            os.remove(target)
-        else:
-            continue
-        removed.append(name)
-    return removed
+def read_prepare(path: str) -> Prepared:
+    """The run folder's ``prepare.json``.
+
+    Raises:
+        ValueError: absent, unreadable, or without a ``model`` (one line naming the file).
+    """
+    record, damage = read_object(os.path.join(path, PREPARE))
+    if record is None or not isinstance(record.get("model"), str):
+        raise ValueError(f"{os.path.join(path, PREPARE)}: {damage or 'missing, or it names no model'}")
+    return record  # type: ignore[return-value]
 
 
 # ------------------------------------------------------------------------------------------------ reader
 
-@dataclass(frozen=True)
-class Damage:
-    """A row or file a reader skipped. ``cut``: the last line of a file ends without its newline (a row still
-    being written, or a write cut by a crash), as opposed to a complete line that is not a JSON object."""
-
-    file: str
-    line: Optional[int]
-    reason: str
-    cut: bool = False
-
-    def __str__(self) -> str:
-        where = self.file if self.line is None else f"{self.file}:{self.line}"
-        return f"{where}: {self.reason}"
-
-
-def read_rows(path: str) -> tuple[list[dict], list[Damage]]:
-    """The JSON-object lines of ``path`` (none if it does not exist) and the lines skipped."""
-    rows: list[dict] = []
-    damage: list[Damage] = []
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            lines = fh.readlines()
-    except FileNotFoundError:
-        return rows, damage
-    except OSError as exc:
-        return rows, [Damage(path, None, f"cannot read it: {exc.strerror or exc}")]
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        cut = n == len(lines) and not line.endswith("\n")
-        try:
-            obj = json.loads(line)
-        except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
-            damage.append(Damage(path, n, "cut short (no end of line)" if cut else "not valid JSON", cut=cut))
-            continue
-        if isinstance(obj, dict):
-            rows.append(obj)
-        else:
-            damage.append(Damage(path, n, f"a JSON {type(obj).__name__}, not an object"))
-    return rows, damage
-
-
-def read_object(path: str) -> tuple[Optional[dict], Optional[Damage]]:
-    """A JSON file holding one object: ``(object, None)``, ``(None, None)`` when absent, ``(None, damage)``."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            obj = json.load(fh)
-    except FileNotFoundError:
-        return None, None
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, Damage(path, None, f"cannot read it: {exc}")
-    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
-        return None, Damage(path, None, "not valid JSON")
-    if not isinstance(obj, dict):
-        return None, Damage(path, None, "expected a JSON object")
-    return obj, None
-
-
 @dataclass
 class StepFiles:
-    """The per-step files present in a folder, by step: ``{k: path}``."""
+    """The per-step files present in a folder, by step: ``{k: path}``; ``odd``: names of a step file's kind
+    whose step is no number a run writes (skipped, reported as damage by :func:`load`)."""
 
     traces: dict[int, str] = field(default_factory=dict)
     states: dict[int, str] = field(default_factory=dict)
     probes: dict[int, str] = field(default_factory=dict)
+    odd: list[str] = field(default_factory=list)
 
 
 def step_files(path: str) -> StepFiles:
     out = StepFiles()
     for name in sorted(os.listdir(path)):
+        if _looks_like_step_file(name):
+            out.odd.append(os.path.join(path, name))
         for kind, found in ((_TRACES, out.traces), (_STATE, out.states), (_PROBE, out.probes)):
             k = _step_of(name, kind)
             if k is not None:
                 found[k] = os.path.join(path, name)
     return out
+
+
+def steps_going_back(global_steps: list) -> Optional[str]:
+    """A line when the global steps of ``metrics.jsonl`` go back (a step not after the one before it): a second
+    run appended to the folder, or a run resumed from an earlier checkpoint than its last step. None otherwise."""
+    global_steps = [k for k in global_steps if isinstance(k, int) and not isinstance(k, bool)]  # others: damage
+    back = [b for a, b in zip(global_steps, global_steps[1:]) if b <= a]
+    if not back:
+        return None
+    shown = global_steps if len(global_steps) <= 12 else global_steps[:12] + ["..."]
+    return (f"the steps of {METRICS} go back ({', '.join(map(str, shown))}): two runs wrote into this folder, or a "
+            "run was resumed from an earlier checkpoint into it; each run needs a folder of its own")
 
 
 def read_steps(path: str) -> tuple[list[StepRow], list[Damage]]:
@@ -302,6 +291,8 @@ def load(path: str) -> RunData:
     files = step_files(path)
     data = RunData(path=path)
     damage = data.damage
+    damage += [Damage(f, None, f"not a step file of a run (its step number has more than {_STEP_DIGITS} digits)")
+               for f in files.odd]
     config, bad = read_object(os.path.join(path, CONFIG))
     data.config = config or {}
     damage += [bad] if bad else []
@@ -326,29 +317,18 @@ def load(path: str) -> RunData:
 # ------------------------------------------------------------------------------------------------ shell
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """For the run scripts, so that they hold no file name of their own:
+    """For shell scripts, so that they hold no file name of their own:
 
-        python -m seal_verl.runs.folder clean DIR        # remove an earlier run's results (prints what went)
-        python -m seal_verl.runs.folder used DIR         # exit 0 if DIR holds an earlier run's results, else 1
         python -m seal_verl.runs.folder path DIR NAME    # DIR/<file>, NAME one of config, metrics, log, ...
     """
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m seal_verl.runs.folder", description="run-folder files for shell scripts")
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("clean").add_argument("dir")
-    sub.add_parser("used").add_argument("dir")
     path = sub.add_parser("path")
     path.add_argument("dir")
     path.add_argument("name", choices=sorted(NAMED))
     args = p.parse_args(argv)
-    if args.command == "clean":
-        removed = clean(args.dir)
-        if removed:
-            print(f"removed from {args.dir}: {', '.join(removed)}")
-        return 0
-    if args.command == "used":
-        return 0 if used(args.dir) else 1
     print(os.path.join(args.dir, NAMED[args.name]))
     return 0
 

@@ -72,6 +72,7 @@ class Report:
     pngs: list
     text: str
     warnings: list = field(default_factory=list)  # damaged rows skipped, one line each
+    notes: list = field(default_factory=list)  # fault injection, retired cue kinds, settings beyond the paper
 
 
 def build_report(paths: list[str], out: str, names: list[str] | None = None) -> Report:
@@ -102,8 +103,10 @@ def build_report(paths: list[str], out: str, names: list[str] | None = None) -> 
                       f"accuracy: {html.escape(run.source())}</p>")
             detail += "<p class='path'>" + "<br>".join(html.escape(x) for x in provenance_lines(run.path)) + "</p>"
         pngs += figs
+        said = "".join(f"<li class='note'>{html.escape(n)}</li>" for n in run.notes) + "".join(
+            f"<li class='warning'>{html.escape(w)}</li>" for w in run.warnings)
         sections.append(f"<h2>{html.escape(method_label(run))}</h2><p class='path'>{html.escape(run.path)}</p>{detail}"
-                        + "".join(f"<figure>{_img(p)}</figure>" for p in figs))
+                        + (f"<ul>{said}</ul>" if said else "") + "".join(f"<figure>{_img(p)}</figure>" for p in figs))
     t1 = table1_rows(runs)
     t3 = table3_rows(runs)
     text = "Table 1 form: accuracy (%) per category\n" + format_text_table(TABLE1_HEADER, t1)
@@ -132,6 +135,7 @@ th:first-child, td:first-child {{ text-align: left; }}
 th {{ background: #f0f0f0; }}
 img {{ max-width: 100%; }}
 .path {{ color: #777; font-size: 85%; }}
+.note {{ color: #8a4b00; }} .warning {{ color: #a00; }}
 </style></head><body>
 <h1>seal-verl report</h1>
 <h2>Accuracy per category (Table 1 form)</h2>
@@ -146,4 +150,5 @@ img {{ max-width: 100%; }}
     html_path = os.path.join(out, "report.html")
     atomic_write_text(html_path, page)
     return Report(html=html_path, pngs=pngs, text=text,
-                  warnings=[f"{r.name}: {w}" for r in runs for w in r.warnings])
+                  warnings=[f"{r.name}: {w}" for r in runs for w in r.warnings],
+                  notes=[f"{r.name}: {n}" for r in runs for n in r.notes])

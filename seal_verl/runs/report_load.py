@@ -29,6 +29,7 @@ class Run:
     eval_scores: dict | None = None
     eval_labels: list = field(default_factory=list)      # labels.jsonl rows
     warnings: list = field(default_factory=list)         # rows or files skipped as damaged
+    notes: list = field(default_factory=list)            # what a reader must know: fault injection, retired kinds
 
     def accuracy(self) -> dict[str, float]:
         """Per-category accuracy the tables report: the eval scores, else the last validation."""
@@ -67,6 +68,35 @@ def _read_json(path: str) -> dict:
     if damage is not None:
         raise ReportError(str(damage))
     return obj or {}
+
+
+def _notes(config: dict, steps: list[dict]) -> list[str]:
+    """What the page must say beside the numbers: fault injection the run ran with, the cue kinds the probe
+    retired (and when), settings beyond the paper under ``preset=paper``."""
+    from seal_verl.core.settings import SealSettings, paper_departures
+
+    settings = config.get(RF.FAULT_SETTINGS)
+    faults = dict(settings) if isinstance(settings, dict) else {}
+    planted = config.get("faults")  # the V1 trainer's list of the faults it planted
+    if isinstance(planted, list) and planted:
+        faults.setdefault("SEAL_FAULT", ",".join(map(str, planted)))
+    retired = []
+    for r in steps:
+        if isinstance(r.get(RF.FAULT_SETTINGS), dict):
+            faults.update(r[RF.FAULT_SETTINGS])
+        probe = r.get("cue_effect")
+        kinds = probe.get("retired") if isinstance(probe, dict) else None
+        if isinstance(kinds, list) and kinds:
+            retired.append(f"{', '.join(map(str, kinds))} at step {r.get('global_step', r.get('step'))}")
+    out = [f"ran with fault injection on ({', '.join(f'{k}={v}' for k, v in sorted(faults.items()))}): its numbers "
+           "are not a model's"] if faults else []
+    if retired:
+        out.append("the cue-effect probe retired " + "; ".join(retired) + " (off for the rest of the run)")
+    try:
+        out += paper_departures(SealSettings.from_dict(config.get("seal")), config.get("preset"))
+    except ValueError:
+        pass
+    return out
 
 
 def variant_name(config: dict) -> str:
@@ -200,6 +230,8 @@ def load_run(path: str, name: str | None = None) -> Run:
     """Read one run folder (training, dry run or eval)."""
     if not os.path.isdir(path):
         raise ReportError(f"{path}: not a folder")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise ReportError(f"{path}: cannot read this folder (no permission)")
     name = name or os.path.basename(os.path.normpath(path))
     if os.path.exists(os.path.join(path, "scores.json")):
         scores = _read_json(os.path.join(path, "scores.json"))
@@ -216,6 +248,12 @@ def load_run(path: str, name: str | None = None) -> Run:
     config = _read_json(os.path.join(path, RF.CONFIG))
     run = Run(name=name, path=path, kind="training", variant=variant_name(config))
     steps = _rows(RF.read_steps(path), run.warnings)
+    back = RF.steps_going_back([r.get("global_step", r.get("step")) for r in steps])
+    run.warnings += [back] if back else []
+    run.notes += _notes(config, steps)
+    files = RF.step_files(path)
+    run.warnings += [f"cannot read {f} (no permission): left out" for kind in (files.states, files.probes, files.traces)
+                     for f in kind.values() if not os.access(f, os.R_OK)]
     run.warnings += [f"skipped {os.path.join(path, RF.METRICS)}: a step row without a step number"
                      for r in steps if not _is_int(r.get("step"))]
     metrics_file = os.path.join(path, RF.METRICS)

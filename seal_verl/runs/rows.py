@@ -127,15 +127,30 @@ class StateRow(TypedDict, total=False):
 
 
 class Timing(TypedDict, total=False):
-    """What the run scripts record when verl's launcher exits (``timing.json``)."""
+    """What the CPU runs' launcher records when verl's launcher exits (``timing.json``), the same keys for both
+    recipes."""
 
+    recipe: str                     # bfcl | ledger
     variant: str
     seed: int
     steps: int
-    exit_code: int
-    venv_s: int
-    prepare_s: int
+    exit_code: int                  # main_ppo's exit status (130: interrupted)
+    venv_s: int                     # seconds building the training venv (0: it was there)
+    prepare_s: int                  # the model and the data
     main_ppo_s: int
+    fault_settings: dict            # fault-injection variables set during the run (none: {})
+
+
+class Prepared(TypedDict, total=False):
+    """The model and data a CPU run starts from (``prepare.json``), written by the recipe's preparation."""
+
+    model: str                      # the model folder the run trains (never written by the run)
+    model_check: str                # how it was verified (its build.json, its warm-start record, or not at all)
+    env: str                        # the environment (the ledger's); BFCL runs name their split instead
+    split_file: str
+    prompt_tokens: dict             # task id -> first-prompt tokens (BFCL)
+    max_prompt_length: int
+    max_model_len: int
 
 
 def json_safe(value: Any) -> Any:

@@ -11,9 +11,12 @@ the validation rows (every validation) and the log (for the start-up phase), and
 
 (mean reward, share of rollouts that passed, share of rollouts with a non-zero GRPO advantage, the label mix of
 the step, the cue kinds the rollouts ran under, the range of the SEAL weights) and, after each validation, the
-accuracy per category. It warns, once, when Ray's memory monitor killed workers (a verl run that lost a rollout
-worker waits forever instead of failing), when a step takes far longer than every step before it, and when a
-row is damaged (a row still being written is simply read on the next poll). It stops
+accuracy per category. It says when the cue-effect probe retired a cue kind (``seal.cue_effect.retire``), and
+once, as soon as the run's ``config.json`` is there, a setting beyond the paper under ``preset=paper`` and any
+fault injection the run was started with. It warns, once, when Ray's memory monitor killed workers (a verl run
+that lost a rollout worker waits forever instead of failing), when a step takes far longer than every step
+before it, when the steps go back (two runs writing into one folder), and when a row is damaged (a row still
+being written is simply read on the next poll). It stops
 when the process ``--pid`` is gone (or on Ctrl-C) and never touches the run.
 No verl import: it works on any run folder, also one copied off a GPU cluster.
 """
@@ -96,6 +99,31 @@ def _cue_effect(probe) -> str:
         return ""
 
 
+def retired_line(row: dict) -> Optional[str]:
+    """The line saying that a step's cue-effect probe retired cue kinds, or None."""
+    probe = row.get("cue_effect")
+    kinds = probe.get("retired") if isinstance(probe, dict) else None
+    if not kinds or not isinstance(kinds, list):
+        return None
+    k = row.get("global_step", row.get("step"))
+    return (f"step {k}: the cue-effect probe retired {', '.join(map(str, kinds))} (its effect stayed below zero, "
+            "interval and all, on the probes in a row the run asks for): off for the rest of the run")
+
+
+def config_lines(config: dict) -> list[str]:
+    """What a run's ``config.json`` says that the console must say at its start: fault injection (its numbers
+    are not a model's) and settings beyond the paper under ``preset=paper``."""
+    from seal_verl.core.settings import SealSettings, paper_departures
+
+    out = [f"fault injection on: {name}={value} (results are changed on purpose)"
+           for name, value in sorted((config.get(RF.FAULT_SETTINGS) or {}).items())]
+    try:
+        out += paper_departures(SealSettings.from_dict(config.get("seal")), config.get("preset"))
+    except ValueError:
+        pass  # a config the run itself refused: the run says so
+    return out
+
+
 def validation_lines(rows: list[dict]) -> list[str]:
     """Accuracy per category of each validation (validation rows grouped by global step)."""
     by_step: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -158,6 +186,7 @@ class Watcher:
         self.seen_steps: set[int] = set()
         self.val_said: set[int] = set()
         self._summary_said = False
+        self._config_said = False
         self.phase = "starting"
         self._log_pos = 0
         self.bar = None
@@ -229,6 +258,12 @@ class Watcher:
         """Print what is new. verl validates after a step's update but logs the step's metrics after the
         validation, so the validation of step k waits for step k's line (``final``: the run is over, print all)."""
         self._read_log()
+        if not self._config_said:
+            config, _ = RF.read_object(os.path.join(self.run_dir, RF.CONFIG))
+            if config is not None:
+                self._config_said = True
+                for line in config_lines(config):
+                    self._say(f"[{time.strftime('%H:%M:%S')}] {line}")
         val = self._rows(RF.read_validation(self.run_dir))
 
         def say_validations(upto: Optional[int]) -> None:
@@ -240,7 +275,11 @@ class Watcher:
                     self._say(line)
                 self.val_said.add(g)
 
-        for row in self._rows(RF.read_steps(self.run_dir)):
+        rows = self._rows(RF.read_steps(self.run_dir))
+        back = RF.steps_going_back([r.get("global_step", r.get("step", 0)) for r in rows])
+        if back:
+            self._warn("back", back)
+        for row in rows:
             k = int(row.get("global_step", row.get("step", 0)))
             if k in self.seen_steps:
                 continue
@@ -248,6 +287,9 @@ class Watcher:
             self.seen_steps.add(k)
             traces = self._rows(RF.read_traces(self.run_dir, k))
             self._say(step_line(row, traces, self.steps))
+            retired = retired_line(row)
+            if retired:
+                self._say(retired)
             if row.get("seconds") is not None:
                 self._longest_step = max(self._longest_step, float(row["seconds"]))
             self._last_step_at = self.clock()
@@ -268,11 +310,14 @@ class Watcher:
 
 
 def watch(run_dir: str, log: Optional[str] = None, steps: Optional[int] = None, pid: Optional[int] = None,
-          interval: float = 2.0, progress: bool = True) -> int:
-    """Follow ``run_dir`` until ``pid`` exits (forever without one); returns the number of steps seen."""
+          interval: float = 2.0, progress: bool = True, running=None) -> int:
+    """Follow ``run_dir`` until ``pid`` exits (forever without one), or while ``running()`` says so (a parent
+    follows its own child this way: an ended child it has not reaped still has a pid); returns the number of
+    steps seen."""
     w = Watcher(run_dir, log, steps, progress=progress)
+    alive = running if running is not None else lambda: _alive(pid)
     try:
-        while _alive(pid):
+        while alive():
             w.poll()
             time.sleep(interval)
         w.poll(final=True)
@@ -292,6 +337,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--interval", type=float, default=2.0, help="seconds between polls (default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar, only the step lines")
     args = p.parse_args(argv)
+    from seal_verl import env_vars
+
+    env_vars.check_or_exit("run_watch")
     if not os.path.isdir(args.run_dir):
         print(f"run_watch: error: no run folder {args.run_dir}", file=sys.stderr)
         return 2

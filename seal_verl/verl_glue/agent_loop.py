@@ -60,6 +60,7 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 from verl.utils.profiler import simple_timer
 
+from seal_verl import env_vars
 from seal_verl.core import extras as X
 from seal_verl.verl_glue.loop_rows import env_name_of, plain, probe_of, row_extra_info, task_id_of
 from seal_verl.verl_glue.rollout_cues import CueBudget, read_view
@@ -67,6 +68,10 @@ from seal_verl.verl_glue.rollout_state import Phase, RunningRollout
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "WARN"))
+
+# The project's SEAL_ settings, parsed when a rollout worker imports the loops: a bad value stops it with one line
+# naming its variable, before any rollout runs under it.
+env_vars.check()
 
 #: Registered names: training (SEAL interface on) and evaluation (no interface), for any environment ...
 GENERIC_TRAIN_LOOP = "seal_env"

@@ -344,18 +344,30 @@ FAULTS = {"skip_weight_sync": "every weight sync after the first (start-up) one 
 _FAULT_MARK = "_seal_fault_planted"
 
 
-def planted_faults(environ: Optional[dict] = None) -> list[str]:
-    """The faults ``SEAL_FAULT`` asks for, in :data:`FAULTS` order.
+def parse_faults(raw: str) -> list[str]:
+    """The fault names of a ``SEAL_FAULT`` value, in :data:`FAULTS` order (the parser ``seal_verl.env_vars``
+    registers for it).
 
     Raises:
         ValueError: a name that is not a known fault (a typo must not leave a run unfaulted in silence).
     """
-    raw = (os.environ if environ is None else environ).get(FAULT_ENV, "")
     names = [n.strip() for n in raw.split(",") if n.strip()]
     unknown = sorted(set(names) - set(FAULTS))
     if unknown:
-        raise ValueError(f"{FAULT_ENV}={raw!r}: unknown fault(s) {unknown}; known: {sorted(FAULTS)}")
+        raise ValueError(f"unknown fault(s) {unknown}; known: {sorted(FAULTS)}")
     return [n for n in FAULTS if n in names]
+
+
+def planted_faults(environ: Optional[dict] = None) -> list[str]:
+    """The faults ``SEAL_FAULT`` asks for, in :data:`FAULTS` order, read through the project's registry of
+    settings (``seal_verl.env_vars``: refused without ``SEAL_ALLOW_FAULTS=1``).
+
+    Raises:
+        ValueError: a name that is not a known fault, or a fault without that consent (one line naming it).
+    """
+    from seal_verl import env_vars
+
+    return env_vars.value(FAULT_ENV, environ) or []
 
 
 def plant_faults() -> list[str]:

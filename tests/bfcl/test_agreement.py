@@ -236,7 +236,7 @@ def test_counterfactual_turns_match_a_deep_copy_of_the_ground_truth_path(tasks):
     (how Psi judges turns after a failure). Reference: the ground-truth path run here turn by turn and deep-copied at the start of
     every counterfactual turn; the verifier rebuilds that state by replay and must agree exactly (results
     of the model's calls, state differences, missing results)."""
-    from env_wrappers.bfcl.environment.backends import Backends
+    from env_wrappers.bfcl.tools.backends import Backends
     from env_wrappers.bfcl.environment.verifier import _compare, _missing, _public
 
     checked = 0

@@ -4,7 +4,7 @@ import json
 
 import jsonschema
 
-from env_wrappers.bfcl.environment.backends import Backends
+from env_wrappers.bfcl.tools.backends import Backends
 from env_wrappers.bfcl.environment.env import REVEAL_MESSAGE, BFCLEnv
 from env_wrappers.bfcl.environment.schema import to_openai_tool
 from env_wrappers.bfcl.environment.tasks import CATEGORIES, load_split

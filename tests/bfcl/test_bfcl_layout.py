@@ -1,11 +1,13 @@
-"""The layout of ``env_wrappers/bfcl/``: three rooms, no import cycle, no import of the command line, and a
-sandbox whose failures are told apart by type, not by the text of a message.
+"""The layout of ``env_wrappers/bfcl/``: four rooms that import only the rooms below them, no import cycle, no
+import of the command line, and a sandbox whose failures are told apart by type, not by the text of a message.
 
-- the environment (tasks, calls, backends, the episode, prompts, data preparation, the verifier, the judge),
-  the sandbox (worker, pool, client, memory probes, fault injection) and the evaluation (client, result
-  files, runner, scoring) are subpackages, and no module sits loose beside them but ``registered`` (the
-  registry's ``bfcl``, which joins the environment with the evaluation's subcommands);
-- the environment room imports nothing of the evaluation room, which builds on it;
+- the tools (bfcl-eval's class map, calls, backends), the sandbox (worker, limits, slots, resets, judges, pool,
+  client, memory probes, fault injection), the environment (tasks, the episode, prompts, data preparation, the
+  verifier, the judge) and the evaluation (client, result files, runner, scoring) are subpackages, and no module
+  sits loose beside them but ``registered`` (the registry's ``bfcl``, which joins the environment with the
+  evaluation's subcommands);
+- each room imports only the rooms before it in that order: the sandbox nothing of the environment, the
+  environment nothing of the evaluation, which builds on it;
 - no module under ``env_wrappers/`` imports ``seal_verl.cli`` or a sibling of it (``seal_verl.cli_*``): an
   environment's subcommands share only ``seal_verl.usage`` with the command line;
 - the modules of ``env_wrappers.bfcl`` import each other without a cycle (every import counts, also one
@@ -27,10 +29,11 @@ from _paths import REPO
 
 ROOT = Path(REPO)
 PACKAGE = "env_wrappers.bfcl"
+#: the rooms from the bottom up: each imports only the rooms before it
 ROOMS = {
-    "environment": {"tasks", "calls", "backends", "env", "environment", "verifier", "judge", "prompts",
-                    "prepare_data"},
-    "sandbox": {"worker", "pool", "client", "memory", "faults"},
+    "tools": {"classes", "calls", "call_records", "python_calls", "json_calls", "backends"},
+    "sandbox": {"worker", "limits", "slots", "resets", "judges", "pool", "client", "memory", "faults"},
+    "environment": {"tasks", "env", "environment", "verifier", "judge", "prompts", "prepare_data"},
     "evaluation": {"openai_http", "result_files", "runner", "scoring", "commands"},
 }
 #: The one module beside the rooms: the environment as registered, serving the subcommands of both rooms.
@@ -157,6 +160,24 @@ def layout_problems(root: Path = ROOT) -> list[str]:
     return problems
 
 
+def upward_imports(root: Path = ROOT) -> list[str]:
+    """``module -> imported`` for every import of a room above the importing module's room (``ROOMS`` order)."""
+    order = {room: i for i, room in enumerate(ROOMS)}
+
+    def room_of(module: str):
+        parts = module.split(".")
+        return parts[2] if len(parts) > 2 and module.startswith(PACKAGE + ".") and parts[2] in order else None
+
+    out = []
+    for name, targets in sorted(import_graph(root).items()):
+        mine = room_of(name)
+        for target in sorted(targets):
+            theirs = room_of(target)
+            if mine is not None and theirs is not None and order[theirs] > order[mine]:
+                out.append(f"{name} -> {target}")
+    return out
+
+
 def cli_imports(root: Path = ROOT) -> list[str]:
     """``module -> imported`` for every import of ``seal_verl.cli`` or ``seal_verl.cli_*`` under env_wrappers."""
     known = _modules(root, "env_wrappers")
@@ -217,8 +238,15 @@ def message_matches(root: Path = ROOT) -> list[str]:
 
 # -------------------------------------------------------------------------------------------------- tests
 
-def test_bfcl_has_three_rooms_and_nothing_outside_them():
+def test_bfcl_has_four_rooms_and_nothing_outside_them():
     assert layout_problems() == []
+
+
+def test_each_room_imports_only_the_rooms_below_it():
+    """The sandbox imports nothing from the environment (it once took the backends' private class lookup, and
+    restated bfcl-eval's class map beside it); the tools import neither; the environment nothing of the
+    evaluation."""
+    assert upward_imports() == []
 
 
 def test_no_environment_module_imports_the_command_line():
@@ -279,7 +307,7 @@ def test_the_checks_find_what_they_look_for(tmp_path):
     for folder in (tmp_path / "env_wrappers", pkg):
         (folder / "__init__.py").write_text("")
     assert layout_problems(tmp_path) == [] and cli_imports(tmp_path) == [] and message_matches(tmp_path) == []
-    assert room_imports("environment", "evaluation", tmp_path) == []
+    assert upward_imports(tmp_path) == [] and room_imports("environment", "evaluation", tmp_path) == []
     (pkg / "loose.py").write_text("")
     (pkg / "registered.py").write_text("")
     (pkg / "environment" / "environment.py").write_text("def commands():\n    from ..evaluation import commands\n")
@@ -296,6 +324,10 @@ def test_the_checks_find_what_they_look_for(tmp_path):
         f"{PACKAGE}.environment.environment -> {PACKAGE}.evaluation.commands"]
     assert cli_imports(tmp_path) == [f"{PACKAGE}.environment.verifier -> seal_verl.cli_checks"]
     assert cycles(import_graph(tmp_path)) == [[f"{PACKAGE}.environment.verifier", f"{PACKAGE}.sandbox.worker"]]
+    assert upward_imports(tmp_path) == [f"{PACKAGE}.environment.environment -> {PACKAGE}.evaluation",
+                                        f"{PACKAGE}.environment.environment -> {PACKAGE}.evaluation.commands",
+                                        f"{PACKAGE}.sandbox.worker -> {PACKAGE}.environment",
+                                        f"{PACKAGE}.sandbox.worker -> {PACKAGE}.environment.verifier"]
     assert sorted(message_matches(tmp_path)) == [f"{PACKAGE}.evaluation.runner:2", f"{PACKAGE}.sandbox.worker:3"]
 
 

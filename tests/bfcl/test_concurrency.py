@@ -331,7 +331,7 @@ def test_interleaved_rollouts_match_sequential_replays(tasks, task_id):
 def test_module_level_writes_of_bfcl_backends_stay_per_rollout(tasks):
     """BFCL's long-context vehicle backend writes each temperature reading into a module-level dict and
     returns that dict: concurrent rollouts must still each see only their own readings."""
-    from env_wrappers.bfcl.environment.backends import Backends
+    from env_wrappers.bfcl.tools.backends import Backends
 
     task = tasks["multi_turn_long_context_91"]
     call = "get_outside_temperature_from_google()"
@@ -376,7 +376,7 @@ def test_batched_execution_matches_call_by_call(tasks, monkeypatch):
     execute returns, leaves the same state, and keeps each call's own time limit: a hung call in the middle
     of a batch times out alone, later invocations get the broken-backend error without running, and checks
     that need no backend (unknown or refused names) answer as before."""
-    from env_wrappers.bfcl.environment.backends import Backends
+    from env_wrappers.bfcl.tools.backends import Backends
 
     task = tasks["multi_turn_base_10"]
     calls = [c for turn in task.ground_truth for c in turn]

@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from env_wrappers.bfcl.environment import backends as backends_mod
+from env_wrappers.bfcl.tools import backends as backends_mod
 from env_wrappers.bfcl.environment import verifier as verifier_mod
 from env_wrappers.bfcl.environment.judge import _judge_replayed, _replay, judge_result
 from env_wrappers.bfcl.environment.perturb import KINDS, ground_truth_steps, perturb, to_result
@@ -121,7 +121,7 @@ def test_meanwhile_runs_once_even_when_the_judgement_restarts(tasks):
     """``verify_isolated`` calls its ``meanwhile`` work once, after the first request, also when a model
     call overran and the judgement started again on a new worker."""
     from env_wrappers.bfcl.environment.isolated_verify import verify_isolated
-    from env_wrappers.bfcl.environment.backends import is_timeout_result
+    from env_wrappers.bfcl.tools.backends import is_timeout_result
 
     task = tasks["multi_turn_base_15"]
     decoded = ground_truth_steps(task)

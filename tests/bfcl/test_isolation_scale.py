@@ -98,10 +98,9 @@ from env_wrappers.bfcl.environment.tasks import load_tasks
 from env_wrappers.bfcl.sandbox import pool as sandbox_pool
 
 LIMIT, N = int(sys.argv[1]), int(sys.argv[2])
-import importlib
+from env_wrappers.bfcl.tools import classes
 task = load_tasks(["multi_turn_base_0"])["multi_turn_base_0"]
-for name in sandbox_pool._PRELOAD:  # the backend modules, imported before the limit is lowered
-    importlib.import_module(name)
+classes.preload()  # the backend modules, imported before the limit is lowered
 resource.setrlimit(resource.RLIMIT_NOFILE, (LIMIT, LIMIT))
 
 def call(name, **arguments):

@@ -20,7 +20,7 @@ import pytest
 
 from _paths import REPO
 
-from env_wrappers.bfcl.environment.backends import is_timeout_result
+from env_wrappers.bfcl.tools.backends import is_timeout_result
 from env_wrappers.bfcl.environment.judge import _judge_replayed, _replay, judge_result
 from env_wrappers.bfcl.environment.perturb import ground_truth_steps, to_result
 from env_wrappers.bfcl.environment.tasks import load_tasks
@@ -182,14 +182,14 @@ def test_a_judge_killed_while_idle_is_replaced(tasks):
     """An idle judgement worker killed from outside (the system's OOM killer, an operator) is not reused."""
     sandbox_pool.pool().shutdown()
     _assert_ordinary_judges_normally(tasks)
-    idle = list(sandbox_pool.pool()._judges)
+    idle = list(sandbox_pool.pool()._judges.idle)
     assert idle, "the judgement worker did not go back to the pool"
     for w in idle:
         os.kill(w.process.pid, signal.SIGKILL)
         w.process.join(10)
     try:
         _assert_ordinary_judges_normally(tasks)
-        assert all(w not in sandbox_pool.pool()._judges for w in idle)
+        assert all(w not in sandbox_pool.pool()._judges.idle for w in idle)
     finally:
         sandbox_pool.pool().shutdown()
 

@@ -111,7 +111,7 @@ def test_the_verifier_runs_no_model_call_in_the_judging_process(mode):
     ``diagnose``, ``eval`` scoring) judge a trajectory with a memory bomb and a lock-holding call: the judging
     process grows by far less than the bomb, the judgement ends within a few time limits, the lock-holding
     call is recorded as stopped at its limit and the bomb as an error, and every turn still gets a check."""
-    from env_wrappers.bfcl.environment.backends import is_timeout_result
+    from env_wrappers.bfcl.tools.backends import is_timeout_result
 
     r = _judge_in_fresh_process(mode)
     assert r["checks"] == r["n_turns"]
@@ -155,12 +155,12 @@ def test_a_judgement_worker_that_grew_is_not_reused(monkeypatch, fragmented_pare
                                             None, True)
     assert not any(ev.checker_error for ev in official.turns), official.turns[0].checker_error
     assert sum(1 for o in outcomes[0] if o[1]) == 0  # every call ran (within the cap)
-    assert pool._judges == [], "a judgement worker that grew by ~60 MB went back to the pool"
+    assert pool._judges.idle == [], "a judgement worker that grew by ~60 MB went back to the pool"
     official, _, _ = verify_isolated(task, [[["pwd()"]]] + rest, [True] + [False] * len(rest), False, 20.0, None,
                                      False)
     assert not official.turns[0].checker_error
-    assert len(pool._judges) == 1
-    pids = [w.process.pid for w in pool._judges]
+    assert len(pool._judges.idle) == 1
+    pids = [w.process.pid for w in pool._judges.idle]
     pool.shutdown()
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] == "Z"

@@ -117,7 +117,12 @@ def test_pick_tasks_rotates_over_the_pool_with_the_runs_seed():
     ({"confidence": 1.0}, "confidence"), ({"confidence": math.nan}, "confidence"),
     ({"temperature": -0.5}, "temperature"), ({"max_rollouts": 5}, "max_rollouts"),
     ({"tasks": 10**9}, "tasks must be <= "), ({"every": True}, "every must be an integer"),
-    ({"retire": "maybe"}, "retire"), ({"nope": 1}, "unknown cue_effect option")])
+    ({"retire": "maybe"}, "retire"), ({"nope": 1}, "unknown cue_effect option"),
+    # round 4: values that make no sense were accepted without a word
+    ({"confidence": 1e-300}, r"confidence must be a number in \[0.5, 0.999\]"),
+    ({"temperature": 1e308}, r"temperature must be null or a number in \[0, 10"),
+    ({"max_rollouts": 1_000_000, "every": 1}, "max_rollouts must be <= 10000"),
+    ({"retire": True, "every": 0}, "retire needs the probe")])
 def test_config_errors(d, msg):
     with pytest.raises(ValueError, match=msg):
         ce.CueEffectConfig.from_dict(d)

@@ -28,7 +28,7 @@ import time
 import pytest
 
 from env_wrappers.bfcl.environment import perturb as P
-from env_wrappers.bfcl.environment.calls import canonical_call, split_call
+from env_wrappers.bfcl.tools.calls import canonical_call, split_call
 from env_wrappers.bfcl.environment.env import BFCLEnv
 from env_wrappers.bfcl.environment.tasks import load_split, load_tasks
 from seal_verl.core.observation import HINT_PREFIX, PREVIOUS_TURN_PREFIX, SealObservationWrapper

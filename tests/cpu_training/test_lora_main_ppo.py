@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _cpu_venv import cpu_train_venv  # noqa: E402
 
-from seal_verl import run_folder as RF  # noqa: E402
+from seal_verl.runs import folder as RF  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VENV = cpu_train_venv()

@@ -33,9 +33,9 @@ import time
 
 import pytest
 
-from env_wrappers.bfcl.environment import backends as backends_mod
-from env_wrappers.bfcl.environment import calls as calls_mod
-from env_wrappers.bfcl.environment.backends import Backends
+from env_wrappers.bfcl.tools import backends as backends_mod
+from env_wrappers.bfcl.tools import calls as calls_mod
+from env_wrappers.bfcl.tools.backends import Backends
 from env_wrappers.bfcl.environment.env import BFCLEnv
 from env_wrappers.bfcl.environment.judge import judge_result, judge_trace
 from env_wrappers.bfcl.environment.tasks import load_tasks

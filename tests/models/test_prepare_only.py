@@ -37,6 +37,10 @@ def test_prepare_only_stops_before_the_launcher(script, tiny, tmp_path):
     proc = subprocess.run(["bash", SCRIPTS[script]], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "PREPARE_ONLY=1" in proc.stdout
-    assert json.load(open(out / "prepare.json"))["model"] == os.path.abspath(tiny)
+    prepared = json.load(open(out / "prepare.json"))
+    # the given folder as it is (ledger), or a copy with room for BFCL's prompts (never the given folder, rewritten)
+    assert prepared["model"] == os.path.abspath(tiny) if script == "ledger" else \
+        prepared["model"].startswith(str(tmp_path / "models"))
+    assert "not verified" in prepared["model_check"]
     assert (out / "data" / "train.parquet").is_file()
     assert not (out / "main_ppo.log").exists() and not (out / "timing.json").exists()

@@ -46,16 +46,36 @@ def test_bfcl_base_is_a_copy_and_the_shared_base_is_untouched(models):
     assert {n: os.stat(os.path.join(out, n)).st_mtime_ns for n in copy} == mtimes
 
 
-def test_a_given_model_folder_is_raised_in_place(models, tmp_path):
+def test_a_given_model_folder_is_never_written(models, tmp_path):
+    """Round 4: ``SEAL_CPU_MODEL=... make run-bfcl`` rewrote the given model's config.json in place (2048 -> 8192),
+    so the shipped ledger model then failed its own verification. A folder whose limit is too low gets a copy in
+    the model cache with the limit raised; one whose limit is enough is used as it is."""
     import shutil
 
     given = tmp_path / "mine"
     shutil.copytree(models / "tiny-random", given)
-    assert pr.make_model(str(given), 4096) == str(given)
-    assert json.load(open(given / "config.json"))["max_position_embeddings"] == 4096
     before = _digests(str(given))
-    pr.make_model(str(given), 2048)  # already large enough: nothing lowered, nothing written
+    cache = tmp_path / "cache"
+    used = pr.given_model(str(given), str(cache), 4096)
     assert _digests(str(given)) == before
+    assert os.path.dirname(used) == str(cache) and os.path.basename(used).endswith("-ctx4096")
+    assert json.load(open(os.path.join(used, "config.json")))["max_position_embeddings"] == 4096
+    assert pr.given_model(str(given), str(cache), 4096) == used  # the same copy, not another
+    assert pr.given_model(str(given), str(cache), 1024) == str(given)  # large enough: used as it is
+    assert _digests(str(given)) == before
+
+
+def test_preparing_with_a_given_model_leaves_it_as_it_was(models, tmp_path):
+    """The whole preparation with ``--model`` (what ``SEAL_CPU_MODEL`` passes): the given folder keeps its bytes."""
+    import shutil
+
+    given = tmp_path / "mine"
+    shutil.copytree(models / "tiny-random", given)
+    before = _digests(str(given))
+    assert pr.main([str(tmp_path / "run"), "--models-dir", str(tmp_path / "cache"), "--model", str(given)]) == 0
+    assert _digests(str(given)) == before
+    prepared = json.load(open(tmp_path / "run" / "prepare.json"))
+    assert prepared["model"] != str(given) and prepared["model_check"] == "not verified: it has no build.json"
 
 
 def test_preparing_a_bfcl_run_leaves_the_shared_base_as_it_was(models, tmp_path):

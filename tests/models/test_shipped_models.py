@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -51,8 +52,10 @@ def test_verify_names_a_changed_or_missing_file(tmp_path):
     data = bytearray((copy / "model.safetensors").read_bytes())
     data[-1] ^= 0xFF
     (copy / "model.safetensors").write_bytes(bytes(data))
-    with pytest.raises(sm.ShippedModelError, match="model.safetensors differs .*make ship-warm-starts"):
+    # restoring the file is the fix (round 4: the message sent readers to a long rebuild replacing the shipped copy)
+    with pytest.raises(sm.ShippedModelError, match=r"model.safetensors differs .*git checkout -- .*REBUILD=1") as info:
         sm.verify(str(copy))
+    assert "ship-warm-starts" not in str(info.value)
     (copy / "model.safetensors").unlink()
     with pytest.raises(sm.ShippedModelError, match="missing"):
         sm.verify(str(copy))
@@ -113,6 +116,69 @@ def test_ship_records_identity_without_machine_paths(tmp_path):
     assert build["built_by"]["commit"] == commit and "uncommitted" not in build["built_by"]
     assert json.loads((tmp_path / "shipped" / "warm_start.json").read_text())["out"] == "tiny-warm"
     assert sm.verify(str(tmp_path / "shipped")) == build
+
+
+def test_a_file_the_record_does_not_name_fails_verify(tmp_path):
+    """Round 4: a ``special_tokens_map.json`` not in build.json passed ``verify`` and changed the tokenizer's end of
+    sequence token; every file of the folder is the model as built, or verification fails."""
+    copy = tmp_path / "model"
+    shutil.copytree(PRESENT[0], copy)
+    (copy / "special_tokens_map.json").write_text(json.dumps({"eos_token": "<|endoftext|>"}))
+    with pytest.raises(sm.ShippedModelError, match="special_tokens_map.json is not recorded in build.json"):
+        sm.verify(str(copy))
+    (copy / "special_tokens_map.json").unlink()
+    (copy / "extra").mkdir()
+    with pytest.raises(sm.ShippedModelError, match="extra is not recorded"):
+        sm.verify(str(copy))
+
+
+def test_a_deeply_nested_build_record_is_one_line(tmp_path):
+    """Round 4: a deeply nested build.json ended ``verify`` in a RecursionError traceback."""
+    copy = tmp_path / "model"
+    shutil.copytree(PRESENT[0], copy)
+    (copy / sm.BUILD_FILE).write_text("[" * 100_000 + "]" * 100_000)
+    r = subprocess.run([sys.executable, "-m", "seal_verl.models.shipped", "verify", str(copy)], capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=REPO))
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "is not valid JSON" in r.stderr, r.stderr[-500:]
+
+
+@pytest.mark.parametrize("kind", ["link", "file"])
+def test_a_cache_that_cannot_take_the_copy_is_named_as_the_cache(kind, tmp_path):
+    """Round 4: a symlinked cache destination raised NotADirectoryError, and the run script then called the shipped
+    warm start damaged; the error names the cache, and the shipped folder stays as it is."""
+    dest = tmp_path / "cache" / "warm"
+    dest.parent.mkdir()
+    if kind == "link":
+        (tmp_path / "elsewhere").write_text("x")
+        dest.symlink_to(tmp_path / "elsewhere")
+    else:
+        dest.write_text("x")
+    with pytest.raises(sm.CacheError, match="the model cache .* SEAL_CPU_MODELS"):
+        sm.use(PRESENT[0], str(dest))
+    sm.verify(PRESENT[0])
+
+
+@pytest.mark.parametrize("given, says", [("/nonexistent/model", "not a folder"),
+                                         ("/etc", "not a model folder (no config.json)")])
+def test_check_model_refuses_what_is_not_a_model(given, says):
+    """Round 4: a nonsense LEDGER_MODEL / SEAL_CPU_MODEL passed preparation and failed inside main_ppo 75 s later
+    with a 40-line Hydra traceback."""
+    with pytest.raises(sm.ShippedModelError, match=f"SEAL_CPU_MODEL={given}: {re.escape(says)}"):
+        sm.check_model(given, "SEAL_CPU_MODEL")
+
+
+def test_check_model_verifies_what_has_a_record_and_says_what_has_none(tmp_path):
+    copy = tmp_path / "model"
+    shutil.copytree(PRESENT[0], copy)
+    assert sm.check_model(str(copy)) == "verified against its build.json"
+    data = bytearray((copy / "model.safetensors").read_bytes())
+    data[-100:] = bytes(100)  # zeroed weights
+    (copy / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(sm.ShippedModelError, match="model.safetensors differs"):
+        sm.check_model(str(copy))
+    (copy / sm.BUILD_FILE).unlink()
+    (copy / sm.WARM_START_RECORD).unlink()
+    assert sm.check_model(str(copy)) == "not verified: it has no build.json"
 
 
 def test_ship_refuses_a_checkout_with_uncommitted_changes(tmp_path):

@@ -33,7 +33,7 @@ def test_a_changed_adapter_file_is_refused(tmp_path):
     shutil.copytree(ADAPTER, copy)
     with open(os.path.join(copy, "adapter_config.json"), "a") as fh:
         fh.write(" ")
-    with pytest.raises(sm.ShippedModelError, match="differs from the shipped model"):
+    with pytest.raises(sm.ShippedModelError, match="adapter_config.json differs from the model as built"):
         sm.verify(copy)
 
 

@@ -116,14 +116,22 @@ def test_the_warm_start_renders_with_the_lengths_of_the_config_it_trains_for(mod
     assert cfg.actor_rollout_ref.rollout.top_p == run.actor_rollout_ref.rollout.top_p == s.top_p
 
 
-@pytest.mark.parametrize("run, script", [("bfcl_cpu", "recipes/bfcl_v3/cpu/run_cpu.sh"),
-                                         ("ledger", "recipes/ledger_cpu/run_ledger.sh")])
-def test_the_composed_run_is_the_one_its_script_launches(run, script):
+@pytest.mark.parametrize("run, script, recipe", [("bfcl_cpu", "recipes/bfcl_v3/cpu/run_cpu.sh", "bfcl"),
+                                                 ("ledger", "recipes/ledger_cpu/run_ledger.sh", "ledger")])
+def test_the_composed_run_is_the_one_its_script_launches(run, script, recipe):
+    """The script hands its run to the one launcher of both CPU runs, whose main_ppo arguments for that recipe
+    hold the overrides the warm start composes."""
+    from _scripts import load_script
+
     with open(os.path.join(REPO, script), encoding="utf-8") as fh:
-        text = fh.read()
+        assert f'launch.py" {recipe}' in fh.read()
+    launch = load_script("recipes/bfcl_v3/cpu/launch.py", "seal_cpu_launch_for_config")
+    r = launch.RECIPES[recipe]
+    settings = launch.read_settings(r, {"OUT": "/tmp/run", "SEAL_CPU_MODELS": "/tmp/models"})
+    args = r.overrides(settings, "/tmp/model", "/tmp/run/checkpoints")
     for override in run_config.RUNS[run]["overrides"]:
         if override.startswith(("backbone=", "+")):
-            assert override in text, (script, override)
+            assert override in args, (recipe, override)
     for folder in run_config.RUNS[run]["search"]:
         assert os.path.isdir(folder)
 

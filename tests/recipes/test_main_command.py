@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 
-import pytest
 
 from _paths import REPO
 
@@ -57,9 +56,12 @@ def test_held_out_summary_line():
     assert held_out_summary(rows[2:]) is None  # no validation before training: nothing to compare
 
 
-@pytest.mark.parametrize("script", ["recipes/ledger_cpu/run_ledger.sh", "recipes/bfcl_v3/cpu/run_cpu.sh"])
-def test_the_run_scripts_end_with_the_check_and_the_report(script):
-    text = open(os.path.join(REPO, script), encoding="utf-8").read()
-    assert "seal-verl check $OUT --steps $STEPS" in text
-    assert "seal-verl report $OUT --out $OUT/report" in text
-    assert "$VENV/bin/seal-verl" in text  # the environment the run used, where the report's imports are locked
+def test_the_run_scripts_end_with_the_check_and_the_report():
+    """Both scripts end in the one launcher, which prints the commands that check and render the run, with the
+    tools of the environment the run used (where the report's imports are locked)."""
+    text = open(os.path.join(REPO, "recipes", "bfcl_v3", "cpu", "launch.py"), encoding="utf-8").read()
+    assert "seal-verl check {s.out} --steps {s.steps}" in text
+    assert "seal-verl report {s.out} --out {s.out}/report" in text
+    assert 'os.path.join(sys.prefix, "bin")' in text  # the environment the run used
+    for script in ("recipes/ledger_cpu/run_ledger.sh", "recipes/bfcl_v3/cpu/run_cpu.sh"):
+        assert "launch.py" in open(os.path.join(REPO, script), encoding="utf-8").read()

@@ -237,6 +237,7 @@ def _record_runs(monkeypatch) -> list:
     runs = []
 
     def fake_subprocess_run(cmd, env=None, cwd=None):
+        assert env is None or env.get("FORCE") == "1" or env.get("PREPARE_ONLY")  # moved aside, never cleaned
         if "seal_verl.models.warm_start.cue_reading" in cmd:  # the warm start's measurement: of the weights it names
             with open(os.path.join(cmd[cmd.index("measure") + 1], "model.safetensors"), "rb") as f:
                 _measurement(cmd[cmd.index("--out") + 1], f.read(), none=(0.2, 0.2))
@@ -250,17 +251,20 @@ def _record_runs(monkeypatch) -> list:
     return runs
 
 
-def test_a_finished_run_made_under_other_settings_is_run_again(tmp_path, monkeypatch, capsys):
+def test_a_finished_run_made_under_other_settings_is_kept_unless_forced(tmp_path, monkeypatch, capsys):
     """A finished run is reused only under the settings it was made with: after an overlay edit (here the
-    real config files stand still and the fingerprint is patched) or without the record, it runs again."""
+    real config files stand still and the fingerprint is patched) it is not reused, and not replaced either
+    (round 4: it was run again into its folder, the finished run lost) unless --force, which has the run script
+    move it aside (FORCE=1)."""
     runs = _record_runs(monkeypatch)
     out = str(tmp_path)
     assert bl.run_one(out, "grpo", 1, 4, False, []) == 0 and len(runs) == 1
     assert bl.run_one(out, "grpo", 1, 4, False, []) == 0 and len(runs) == 1  # reused
     assert "reusing" in capsys.readouterr().out
     monkeypatch.setattr(bl, "settings", lambda extra, root=bl.REPO, model=None: "changed")
-    assert bl.run_one(out, "grpo", 1, 4, False, []) == 0 and len(runs) == 2
-    assert "made under other settings" in capsys.readouterr().out
+    assert bl.run_one(out, "grpo", 1, 4, False, []) == 2 and len(runs) == 1
+    assert "made under other settings" in capsys.readouterr().err
+    assert bl.run_one(out, "grpo", 1, 4, True, []) == 0 and len(runs) == 2
     os.remove(os.path.join(bl.run_dir(out, "grpo", 1), bl.SETTINGS_FILE))  # a run from before the record
     assert not bl.finished(bl.run_dir(out, "grpo", 1), 4, "changed")
     assert bl.finished(bl.run_dir(out, "grpo", 1), 4)
@@ -294,7 +298,7 @@ def test_model_identity_is_the_warm_start_fingerprint_or_the_files(tmp_path):
     assert bl.model_identity(str(tmp_path / "not_prepared")) is None
 
 
-def test_a_finished_run_from_another_warm_start_is_run_again(tmp_path, monkeypatch, capsys):
+def test_a_finished_run_from_another_warm_start_is_not_reused(tmp_path, monkeypatch, capsys):
     """The settings include the model: a run finished from one warm start is not reused once the warm start
     changed (the config files and overrides being the same), and run_all passes the prepared model's identity."""
     runs = _record_runs(monkeypatch)
@@ -302,8 +306,9 @@ def test_a_finished_run_from_another_warm_start_is_run_again(tmp_path, monkeypat
     assert bl.settings([], model="warm-start:a") != bl.settings([], model="warm-start:b")
     assert bl.run_one(out, "grpo", 1, 4, False, [], model="warm-start:a") == 0 and len(runs) == 1
     assert bl.run_one(out, "grpo", 1, 4, False, [], model="warm-start:a") == 0 and len(runs) == 1  # reused
-    assert bl.run_one(out, "grpo", 1, 4, False, [], model="warm-start:b") == 0 and len(runs) == 2
-    assert "the warm start changed" in capsys.readouterr().out
+    assert bl.run_one(out, "grpo", 1, 4, False, [], model="warm-start:b") == 2 and len(runs) == 1
+    assert "the warm start changed" in capsys.readouterr().err
+    assert bl.run_one(out, "grpo", 1, 4, True, [], model="warm-start:b") == 0 and len(runs) == 2
     with open(os.path.join(bl.run_dir(out, "grpo", 1), bl.SETTINGS_FILE)) as f:
         assert json.load(f)["model"] == "warm-start:b"
     # through run_all: the identity comes from out/prepare, here a warm start with fingerprint "b"

@@ -128,52 +128,48 @@ def test_damaged_rows_are_skipped_and_named(tmp_path):
     assert any("not valid JSON" in w for w in data.warnings()) and any("not an object" in w for w in data.warnings())
 
 
-def test_clean_removes_an_earlier_runs_results_only(tmp_path):
-    _write_run(str(tmp_path))
-    (tmp_path / RF.TIMING).write_text("{}")
-    (tmp_path / RF.LOG).write_text("verl says\n")
-    (tmp_path / RF.PREPARE).write_text("{}")
-    (tmp_path / RF.CHECKPOINTS / "global_step_1").mkdir(parents=True)
-    (tmp_path / RF.DRY_MODEL).mkdir()
-    (tmp_path / "data").mkdir()
-    (tmp_path / "notes_step_1.jsonl").write_text("mine\n")
-    assert RF.used(str(tmp_path))
-    kept = RF.clean(str(tmp_path), checkpoints=False)
-    assert RF.CHECKPOINTS not in kept and os.path.isdir(tmp_path / RF.CHECKPOINTS)
-    assert RF.clean(str(tmp_path)) == [RF.CHECKPOINTS]
-    assert sorted(os.listdir(tmp_path)) == sorted([RF.LOG, RF.PREPARE, RF.DRY_MODEL, "data", "notes_step_1.jsonl"])
-    assert not RF.used(str(tmp_path)) and RF.load(str(tmp_path)).steps == []
-    assert RF.clean(str(tmp_path / "missing")) == []
-
-
 def test_the_shell_interface(tmp_path):
-    """What the run scripts call: ``used`` (exit status), ``path`` (a name the script never spells), ``clean``."""
+    """What shell scripts call: ``path`` (a name the script never spells)."""
     def call(*args):
         return subprocess.run([sys.executable, "-m", "seal_verl.runs.folder", *args], capture_output=True, text=True,
                               cwd=REPO, timeout=60)
 
-    assert call("used", str(tmp_path)).returncode == 1
-    _write_run(str(tmp_path))
-    assert call("used", str(tmp_path)).returncode == 0
     out = call("path", str(tmp_path), "log")
     assert out.returncode == 0 and out.stdout.strip() == os.path.join(str(tmp_path), RF.LOG)
-    out = call("clean", str(tmp_path))
-    assert out.returncode == 0 and RF.METRICS in out.stdout and not RF.used(str(tmp_path))
     bad = call("path", str(tmp_path), "nonsense")
     assert bad.returncode == 2 and "invalid choice" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_every_file_of_a_run_folder_gets_the_same_mode(tmp_path):
+    """Round 4: files written whole were 0600 (mkstemp's mode), files appended to 0644."""
+    old = os.umask(0o022)
+    try:
+        _write_run(str(tmp_path))
+        RF.write_timing(str(tmp_path), {"exit_code": 0})
+    finally:
+        os.umask(old)
+    modes = {name: oct(os.stat(tmp_path / name).st_mode & 0o777) for name in os.listdir(tmp_path)}
+    assert set(modes.values()) == {"0o644"}, modes
+
+
+def test_nothing_in_the_package_deletes_a_run_folders_files():
+    """The clean-up that emptied run folders is gone: every writer claims its folder (seal_verl.outputs)."""
+    assert not hasattr(RF, "clean") and not hasattr(RF, "used")
+
+
 def test_run_cpu_refuses_a_folder_with_an_earlier_run(tmp_path):
-    """run_cpu.sh asks the module whether OUT holds an earlier run before anything heavy starts (the lean venv
-    stands in for the training venv: this step only needs seal_verl)."""
+    """run_cpu.sh's launcher refuses OUT with an earlier run before anything heavy starts (the lean venv stands in
+    for the training venv: this step only needs seal_verl), and the run's files are all still there."""
     out = tmp_path / "run"
     _write_run(str(out))
+    before = sorted(os.listdir(out))
     env = dict(os.environ, SEAL_CPU_VENV=sys.prefix, OUT=str(out))
     env.pop("FORCE", None)
     proc = subprocess.run(["bash", os.path.join(REPO, "recipes", "bfcl_v3", "cpu", "run_cpu.sh")], env=env,
                           capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "holds the results of an earlier run" in proc.stderr and RF.used(str(out))
+    assert "holds the results of an earlier run" in proc.stderr and "FORCE=1 moves them aside" in proc.stderr
+    assert sorted(os.listdir(out)) == before
 
 
 #: the run-folder names no module but run_folder may spell ("config.json" and "prepare.json" are also a model's

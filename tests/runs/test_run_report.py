@@ -129,21 +129,32 @@ def test_damaged_rows_are_warned_about_and_the_rest_reported(runs, tmp_path, cap
     assert len(err) == 2 and "metrics.jsonl:4: not valid JSON" in err[0]
 
 
-def test_a_dry_run_into_a_used_folder_leaves_nothing_of_the_earlier_run(runs, tmp_path):
-    """A shorter dry run into the folder of a longer one: the earlier run's later step files are gone, so the
-    report reads this run's steps and weights only."""
+def test_a_dry_run_into_a_used_folder_is_refused_or_moves_the_earlier_run_aside(runs, tmp_path):
+    """A shorter dry run into the folder of a longer one (round 4: it left 13 of 60 entries, every earlier step file
+    gone): refused without --force, the earlier run untouched; with it, the earlier run moved whole into a dated
+    sibling folder, and the folder holds this run's steps only."""
     import shutil
+
+    from seal_verl.outputs import OutputRefused
 
     base, folders = runs
     run = str(tmp_path / "again")
     shutil.copytree(folders[0], run)  # 3 steps
+    before = sorted(os.listdir(run))
     again = D.DryRunConfig(out=run, steps=1, tasks_per_step=2, rollouts=2, val_tasks=0, model=str(base / "model"),
                            progress=False, verbose=False)
+    with pytest.raises(OutputRefused, match="holds the results of an earlier run.*--force moves them aside"):
+        D.run_dry(again)
+    assert sorted(os.listdir(run)) == before
+    again.force = True
     D.run_dry(again)
+    aside = [p for p in os.listdir(tmp_path) if p.startswith("again.earlier-")]
+    assert len(aside) == 1 and sorted(os.listdir(tmp_path / aside[0])) == before
     assert not any(os.path.exists(os.path.join(run, f"{kind}_step_{k}.{ext}"))
                    for k in (2, 3) for kind, ext in (("traces", "jsonl"), ("state", "json")))
     loaded = load_run(run)
     assert len(loaded.steps) == 1 and list(loaded.weights) == [1] and loaded.validation == {}
+    assert len(load_run(str(tmp_path / aside[0])).steps) == 3
 
 
 def test_a_step_row_without_a_step_number_is_a_warning(tmp_path):

@@ -17,6 +17,12 @@ import numpy as np
 import pytest
 
 from seal_verl import dry_run as D
+
+#: How long an actor call of these tests may take: a hang, not speed, is what it catches. Two rollouts take seconds on
+#: a quiet machine; with every core busy (load 8 on 2 cores, ``make test-under-load``) the worker's start-up and
+#: rollouts once took over 120 s, so the bound is five times that.
+RAY_CALL_S = 600
+
 CHAT_TEMPLATE_LLAMA_STYLE = (
     # Written for this test: a Llama-3.1-like layout (role headers, tool results under an `ipython` header,
     # an exception for an assistant message with more than one tool call), on the tiny tokenizer's tokens.
@@ -524,7 +530,7 @@ def test_through_ray_actors_with_published_state(tasks, books, ray_env):
         batch = D.load_batch(path, config, tok, 1)
         if loop_name == "seal_bfcl":  # as the V1 trainer does: the loop then reads through the cached client
             batch.non_tensor_batch["global_steps"] = np.array([3] * len(batch), dtype=object)
-        outs[loop_name] = ray.get(worker.generate_sequences.remote(batch), timeout=120)
+        outs[loop_name] = ray.get(worker.generate_sequences.remote(batch), timeout=RAY_CALL_S)
     ray.kill(worker)
     marker = HINT_PREFIX.strip()
     for loop_name, out in outs.items():
@@ -573,9 +579,9 @@ def test_v1_transfer_queue_worker_stores_trace_and_reward_extras(tasks, books, r
     worker = AgentLoopWorkerTQ.remote(config, llm, None, [ray_env["reward"]])
     tq.kv_batch_put(keys=[uid], partition_id="train", tags=[{"is_prompt": True, "status": "pending",
                                                                "global_steps": 5}])
-    ray.get(worker.generate_sequences.remote(batch), timeout=120)
+    ray.get(worker.generate_sequences.remote(batch), timeout=RAY_CALL_S)
     status, t0 = None, time.time()
-    while time.time() - t0 < 120:
+    while time.time() - t0 < RAY_CALL_S:
         status = tq.kv_list("train").get("train", {}).get(uid, {}).get("status")
         if status in ("finished", "failure"):
             break

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from seal_verl.core.diagnosis import Diagnosis, TurnCheck, diagnose
 from seal_verl.core.trace import Trace
 
-from .backends import ERROR_PREFIX, is_timeout_result
-from .calls import split_call
+from ..tools.backends import ERROR_PREFIX, is_timeout_result
+from ..tools.calls import split_call
 from .env import BFCLEnv
 from .isolated_verify import verify_isolated
 from .tasks import BFCLTask

@@ -24,7 +24,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from ..sandbox import faults
-from .backends import Backends, timeout_text
+from ..tools.backends import Backends, timeout_text
 from .tasks import BFCLTask
 
 EMPTY_TURN = "multi_turn:empty_turn_model_response"

@@ -62,7 +62,7 @@ def warm_start(out: str, base: str, split_file: str = DEFAULT_SPLIT, epochs: int
                target: float = DEFAULTS["target"], force: bool = False) -> dict:
     """Build (or reuse) the warm-started model in ``out``; returns the contents of ``warm_start.json``."""
     P.check_arguments(epochs, lr, samples, target)
-    P.check_base(base)
+    P.check_base(base, out, force)
     started = time.time()
     task_ids = list(read_split(split_file)["train"])
     os.makedirs(out, exist_ok=True)

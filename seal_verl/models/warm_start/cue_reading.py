@@ -37,6 +37,9 @@ from seal_verl.models.warm_start import sampling as S
 from seal_verl.models.warm_start import target as T
 
 DEFAULT_SAMPLES = 8
+#: the most rollouts per task and condition a measurement takes (every rollout's tokens are held until the end:
+#: a million per condition once reached 3.7 GB before a MemoryError)
+MAX_SAMPLES = 256
 
 
 def all_subsets(kinds: Sequence[str]) -> list[tuple[str, ...]]:
@@ -51,6 +54,13 @@ def measure(target: T.Target, model: str, task_ids: list[str], samples: int = DE
     ``samples`` rollouts per task and condition (``len(task_ids) * samples`` per condition)."""
     import tempfile
 
+    s = target.settings
+    with tempfile.TemporaryDirectory(prefix="cue-effect-") as folder:  # the task rows: gone when measured
+        return _measure(target, model, task_ids, samples, seed, confidence, folder, s)
+
+
+def _measure(target: T.Target, model: str, task_ids: list[str], samples: int, seed: int, confidence: float,
+             folder: str, s) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -58,8 +68,6 @@ def measure(target: T.Target, model: str, task_ids: list[str], samples: int = DE
     from seal_verl import rollouts as dr
     from seal_verl.core.interface import CUE_KINDS
 
-    s = target.settings
-    folder = tempfile.mkdtemp(prefix="cue-effect-")
     torch.manual_seed(seed)
     lm = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
     lm.eval()
@@ -132,7 +140,7 @@ def cue_stage(out: str, base: str, epochs: int = DEFAULTS["epochs"], lr: float =
     from seal_verl.models.warm_start import ledger_mix as M
 
     P.check_arguments(epochs, lr, samples)
-    P.check_base(base)
+    P.check_base(base, out, force)
     env = dr.environment(L.ENV)
     train_ids, eval_ids = list(tasks or env.task_ids("train")), env.task_ids("eval")
     started = time.time()
@@ -181,18 +189,28 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="rollouts per task and condition")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="also write the numbers (and every reward compared) to this JSON file")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
     args = p.parse_args(argv)
-    if not os.path.isfile(os.path.join(args.model, "config.json")):
-        p.error(f"{args.model}: not a model folder (no config.json)")
-    if args.samples < 1:
-        p.error("--samples must be at least 1")
+    from seal_verl import env_vars, outputs
+    from seal_verl.models.shipped import ShippedModelError, check_model
+    from seal_verl.usage import UsageError, check_output_file
+
+    env_vars.check_or_exit("cue-effect")
+    if not 1 <= args.samples <= MAX_SAMPLES:
+        p.error(f"--samples must be in 1..{MAX_SAMPLES}, got {args.samples}")
+    try:
+        verified = check_model(args.model, "MODEL")
+        if args.out:
+            outputs.check_not_input(args.out, [args.model], "--out")
+            check_output_file(args.out, args.force, "--out")
+    except (ShippedModelError, UsageError) as exc:
+        p.error(str(exc))
     from seal_verl import rollouts as dr
     from seal_verl.rollouts import quiet_libraries
     from seal_verl.models.warm_start import ledger as L
 
+    print(f"[cue-effect] model {args.model}: {verified}", flush=True)
     quiet_libraries()
-    if args.out and (os.path.isdir(args.out) or not os.path.isdir(os.path.dirname(os.path.abspath(args.out)))):
-        p.error(f"--out {args.out}: not a file in an existing folder")
     result = measure(L.TARGET, args.model, dr.environment(L.ENV).task_ids("train"), args.samples, args.seed)
     print(format_table(result))
     if args.out:

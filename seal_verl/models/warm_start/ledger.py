@@ -66,7 +66,7 @@ def warm_start(out: str, base: str, epochs: int = DEFAULTS["epochs"], lr: float 
     with a ``failure`` key); ``more_params``: the settings that made them. Both are part of the cache key."""
     from seal_verl import rollouts
     P.check_arguments(epochs, lr, samples, target if more_rows is None else None)
-    P.check_base(base)
+    P.check_base(base, out, force)
     env = rollouts.environment(ENV)
     train_ids, eval_ids = env.task_ids("train"), env.task_ids("eval")
     started = time.time()

@@ -87,7 +87,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                                 description="Build (or reuse) the ledger warm start's five stages.")
     p.add_argument("models_dir", help="the model cache (tiny-random and one folder per stage)")
     args = p.parse_args(argv)
+    from seal_verl import env_vars
     from seal_verl.rollouts import quiet_libraries
+
+    env_vars.check_or_exit("warm-start")
     from seal_verl.models.warm_start.target import WarmStartError
 
     quiet_libraries()

@@ -19,8 +19,11 @@ plans and record.
    (:class:`.sampling.HFSampler`, transformers ``generate`` at the run's temperature and top-p), the real reward function
    grades them.
 4. **Cache and record** (:func:`build`): ``OUT/warm_start.json`` holds a fingerprint of every input (the rows, the
-   base model's files, the settings, the code); a later call with the same inputs returns at once, any change
-   rebuilds.
+   base model's files, the settings, the code) and the SHA-256 of every file of the model it built; a later call
+   with the same inputs returns at once if those files are intact, any change rebuilds (a damaged cache is said
+   to be, in one line). ``OUT`` is claimed first (:func:`check_base`, ``seal_verl.outputs``): it is never the base
+   nor inside it, it is locked while the stage builds, and a folder that holds anything but this pipeline's own
+   cache (another model, other files) is refused unless ``--force``, which moves its contents aside.
 
 Each step has a module of its own: :mod:`.render` (1), :mod:`.finetune` (2), :mod:`.sampling` (3); this module
 holds the cache and record (4), the orchestration (:func:`build`) and the command line every stage shares.
@@ -46,6 +49,8 @@ from seal_verl.models.warm_start.target import WarmStartError
 INFO_FILE = "warm_start.json"
 #: files of a model folder that a rebuild replaces (a stale model of other inputs must not survive a half-finished one)
 REBUILT_FILES = (INFO_FILE, "config.json", "generation_config.json", "model.safetensors")
+#: what the pipeline writes into its output folder besides a model: the rendered rows, the trainer's scratch folder
+WORKING_FILES = (".parquet", ".trainer")
 #: what the record keeps of each training row
 ROW_KEYS = ("task_id", "interface", "prompt_tokens", "response_tokens", "trained_tokens")
 #: the pipeline's own code, whose digest goes into every fingerprint (what renders the rows and trains on them)
@@ -105,9 +110,57 @@ def check_arguments(epochs: Any, lr: Any, samples: Any, target: Any = None) -> N
         raise WarmStartError(f"--target must be in (0, 1), got {target!r}")
 
 
-def check_base(base: str) -> None:
+def _ours(out: str) -> Callable[[str], bool]:
+    """The entries of ``out`` this pipeline may reuse or replace: all of them when ``out`` holds a record of
+    this pipeline (its own cache), else only its working files."""
+    if (read_info(out) or {}).get("fingerprint"):
+        return lambda name: True
+    return lambda name: name.endswith(WORKING_FILES)
+
+
+def check_base(base: str, out: Optional[str] = None, force: bool = False) -> None:
+    """Refuse a base that is not a model folder; claim ``out`` (see the module docstring; held until this process
+    ends).
+
+    Raises:
+        WarmStartError: one line (a base that is no model, an output that is the base or holds it, a folder
+            held by another command, or contents not this pipeline's without ``force``).
+    """
     if not os.path.isfile(os.path.join(base, "config.json")):
         raise WarmStartError(f"--base {base}: not a model folder (no config.json)")
+    if out is None:
+        return
+    import atexit
+
+    from seal_verl import outputs
+
+    try:
+        claim = outputs.claim(out, "a warm start", reusable=_ours(out), force=force, inputs=[base],
+                              option="the warm start's folder")
+    except outputs.OutputRefused as exc:
+        raise WarmStartError(str(exc)) from None
+    outputs.say(claim, "[warm-start]")
+    atexit.register(claim.release)
+
+
+def model_files(out: str) -> dict[str, str]:
+    """The SHA-256 of every file of the model in ``out`` (not the record, not the working files)."""
+    return {name: file_digest(os.path.join(out, name)) for name in sorted(os.listdir(out))
+            if name != INFO_FILE and not name.endswith(WORKING_FILES) and os.path.isfile(os.path.join(out, name))}
+
+
+def _damage(out: str, info: dict) -> Optional[str]:
+    """What differs between the cached model in ``out`` and its record (None: nothing; a record from before the
+    digests were kept is not checked)."""
+    from seal_verl.models.shipped import ShippedModelError, verify_files
+
+    if "files" not in info:
+        return None
+    try:
+        verify_files(out, info["files"], INFO_FILE, "rebuilding it", lambda name: name.endswith(WORKING_FILES))
+    except ShippedModelError as exc:
+        return str(exc)
+    return None
 
 
 def build(out: str, base: str, rows: list[dict], params: dict, *, tasks: list[str], what: str,
@@ -123,8 +176,12 @@ def build(out: str, base: str, rows: list[dict], params: dict, *, tasks: list[st
     the warm start began (before rendering); ``record``: further keys of the record."""
     fp = fingerprint(base, rows, params, code)
     info = read_info(out)
-    if not force and info and info.get("fingerprint") == fp and os.path.isfile(os.path.join(out, "config.json")):
-        print(f"[warm-start] cached: {out} (same inputs, fingerprint {fp[:12]})", flush=True)
+    same = not force and info and info.get("fingerprint") == fp and os.path.isfile(os.path.join(out, "config.json"))
+    damage = _damage(out, info) if same else None
+    if damage:
+        print(f"[warm-start] the cached model does not match its record: {damage}", flush=True)
+    elif same:
+        print(f"[warm-start] cached: {out} (same inputs, fingerprint {fp[:12]}, files as built)", flush=True)
         text = report(info)
         if text:
             print(text, flush=True)
@@ -153,6 +210,7 @@ def build(out: str, base: str, rows: list[dict], params: dict, *, tasks: list[st
         "predicted_pass_rates": {t: round(math.exp(-x), 4) for t, x in zip(first, log[-1]["nll"])},
         **measured, "pass_rates": rates, "mean_pass_rate": mean_pass_rate(rates),
         "seconds": {"render": round(t1 - started, 1), "fine_tune": round(t2 - t1, 1), "pass_rate": round(t3 - t2, 1)},
+        "files": model_files(out),
     }
     write_info(out, info)
     text = report(info)
@@ -191,6 +249,9 @@ def cli(argv: Optional[list[str]], prog: str, doc: str, build_stage: Callable[[a
     p.add_argument("--seed", type=int, default=defaults["seed"])
     p.add_argument("--force", action="store_true", help="rebuild even if the cached model has the same inputs")
     args = p.parse_args(argv)
+    from seal_verl import env_vars
+
+    env_vars.check_or_exit("warm-start")
     if not os.path.isfile(os.path.join(args.base, "config.json")):
         p.error(f"--base {args.base}: not a model folder (no config.json)")
     from seal_verl.rollouts import quiet_libraries
@@ -202,3 +263,24 @@ def cli(argv: Optional[list[str]], prog: str, doc: str, build_stage: Callable[[a
         print(f"warm-start: error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """``python -m seal_verl.models.warm_start.pipeline``: the library every stage shares; it builds nothing itself
+    and names the stages that do (exit 2 on any argument but ``--help``)."""
+    stages = ("bfcl_cpu", "ledger", "ledger_mix", "ledger_stages", "cue_reading stage")
+    text = (f"usage: python -m seal_verl.models.warm_start.STAGE OUT --base MODEL ...\n{__doc__.splitlines()[0]}\n"
+            "This module is the pipeline the stages share; run a stage: "
+            + ", ".join(f"python -m seal_verl.models.warm_start.{s}" for s in stages))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv in (["-h"], ["--help"]):
+        print(text)
+        return 0
+    print(text.splitlines()[0], file=sys.stderr)
+    print(f"python -m seal_verl.models.warm_start.pipeline: error: not a stage; run one of: {', '.join(stages)}",
+          file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

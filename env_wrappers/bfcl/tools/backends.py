@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import copy
-import importlib
 import inspect
 import json
 import threading
@@ -19,10 +18,7 @@ import time
 from typing import Any
 
 from . import calls as _calls
-
-# Imported lazily by _class_for so that importing this module stays cheap.
-_CLASS_CACHE: dict[str, type] = {}
-_CLASS_LOCK = threading.Lock()
+from . import classes
 
 #: Names BFCL refuses before executing anything (its own safety list).
 REFUSED_NAMES = frozenset(["kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run"])
@@ -100,21 +96,6 @@ class CallTimeout(Exception):
     pass
 
 
-def _class_for(class_name: str) -> type:
-    cls = _CLASS_CACHE.get(class_name)
-    if cls is not None:
-        return cls
-    from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING
-
-    if class_name not in CLASS_FILE_PATH_MAPPING:
-        raise KeyError(f"unknown BFCL backend class {class_name!r}")
-    with _CLASS_LOCK:
-        module = importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name])
-        cls = getattr(module, class_name)
-        _CLASS_CACHE[class_name] = cls
-    return cls
-
-
 _METHODS_CACHE: dict[type, tuple[str, ...]] = {}
 
 
@@ -142,19 +123,6 @@ def method_names(involved_classes: list[str]) -> frozenset:
         names = frozenset(Backends(list(key), {}, False, None).methods)
         _METHOD_NAMES[key] = names
     return names
-
-
-_STATELESS: frozenset | None = None
-
-
-def _stateless() -> frozenset[str]:
-    """BFCL's stateless classes (looked up once: an import statement per ``Backends`` cost measurably)."""
-    global _STATELESS
-    if _STATELESS is None:
-        from bfcl_eval.constants.executable_backend_config import STATELESS_CLASSES
-
-        _STATELESS = frozenset(STATELESS_CLASSES)
-    return _STATELESS
 
 
 class _NotPlainData(Exception):
@@ -241,9 +209,9 @@ class Backends:
         self.methods: dict[str, tuple[str, str]] = {}  # method name -> (class name, method name)
         self.call_timeout_s = call_timeout_s
         self.broken: str | None = None
-        stateless = _stateless()
+        stateless = classes.stateless()
         for class_name in involved_classes:
-            inst = _class_for(class_name)()
+            inst = classes.class_for(class_name)()
             if class_name not in stateless:
                 inst._load_scenario(_copy_config(initial_config.get(class_name, {})), long_context=long_context)
             self.instances[class_name] = inst
