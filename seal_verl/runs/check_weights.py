@@ -31,6 +31,15 @@ def rho_before(run: Any, k: int, parent: Optional[Any]) -> Optional[dict]:
     return st.get("base_rho") if st is not None and k == 1 else None
 
 
+def rho_after(run: Any, s: int, parent: Optional[Any]) -> Optional[dict]:
+    """rho of the state published after global step ``s`` (0: the initial state, the first step's ``rho_used``)."""
+    if s <= 0:
+        first = run.metrics[0] if run.metrics and int(run.metrics[0]["global_step"]) == 1 else None
+        return first.get("rho_used") if first is not None else rho_before(run, 1, parent)
+    st = run.states.get(s) or (parent.states.get(s) if parent is not None else None)
+    return st.get("rho") if st is not None else None
+
+
 def _reward(row: dict) -> Optional[float]:
     """A rollout's reward as a finite number, or None (NaN, infinite, missing, not a number)."""
     value = row.get("reward")
@@ -87,12 +96,18 @@ def check_weights(run: Any, rep: Any, parent: Optional[Any], min_nonzero: float 
                     continue
                 groups[row["uid"]].append(row)
             w = float(row["w"])
+            # a rollout generated under an earlier step's state (an asynchronous trainer's) has that step's rho
+            own = row.get("state_step")
+            row_rho = rho if own is None or int(own) == k - 1 or not reweighting else rho_after(run, int(own), parent)
+            if reweighting and row_rho is None:
+                problems.append(f"step {k} {row['task_id']}: ran under the state of step {own}, whose rho is unknown")
+                continue
             if not reweighting:
                 expected = 1.0
             else:
                 p = trajectory_profile(row["labels"], row["abstention"])
                 warm = k - 1 < wcfg.warmup_steps
-                expected = 1.0 if warm else trajectory_weight(p, rho, wcfg.w_min, wcfg.w_max)
+                expected = 1.0 if warm else trajectory_weight(p, row_rho, wcfg.w_min, wcfg.w_max)
             if abs(w - expected) > W_TOL:
                 problems.append(f"step {k} {row['task_id']}: w={w:.5f}, recomputed {expected:.5f} from labels {row['labels']}")
             n_not1 += abs(w - 1.0) > W_TOL

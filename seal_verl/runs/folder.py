@@ -11,6 +11,8 @@ No verl import.
 Layout (``k`` is verl's global step, from 1, the number the console and the checkpoints show):
 
 - ``config.json``: what ran (rewritten with ``resumed_from_step`` by a resumed run);
+- ``provenance.json``: what produced it (command, code, libraries, model, data, seeds, hardware;
+  :mod:`seal_verl.runs.provenance`);
 - ``state_step_{k}.json``: the closed-loop state after step ``k`` (``ClosedLoopState.to_dict()``);
 - ``traces_step_{k}.jsonl``: one :class:`TraceRow` per rollout of step ``k``;
 - ``probe_step_{k}.jsonl``: one :class:`ProbeRow` per rollout of the cue-effect probe run at step ``k``;
@@ -47,6 +49,7 @@ from seal_verl.runs.rows import (CueEffect, Prepared, ProbeRow, StateRow, StepRo
 # ------------------------------------------------------------------------------------------------ file names
 
 CONFIG = "config.json"
+PROVENANCE = "provenance.json"
 METRICS = "metrics.jsonl"
 VALIDATION = "val_traces.jsonl"
 TIMING = "timing.json"
@@ -75,7 +78,7 @@ _PROBE = ("probe_step_", ".jsonl")
 _TEMP_PREFIX = ".seal_run."
 
 #: names ``python -m seal_verl.runs.folder path`` knows (the run scripts ask for these)
-NAMED = {"config": CONFIG, "metrics": METRICS, "validation": VALIDATION, "timing": TIMING, "log": LOG,
+NAMED = {"config": CONFIG, "provenance": PROVENANCE, "metrics": METRICS, "validation": VALIDATION, "timing": TIMING, "log": LOG,
          "checkpoints": CHECKPOINTS, "prepare": PREPARE, "prepare_log": PREPARE_LOG, "data": DATA, "hydra": HYDRA}
 
 
@@ -113,7 +116,7 @@ def _looks_like_step_file(name: str) -> bool:
 
 def is_result(name: str) -> bool:
     """Whether ``name`` (an entry of a run folder) is part of a run's results: what a new run must not overwrite."""
-    return (name in (CONFIG, METRICS, VALIDATION, TIMING, LOG, CHECKPOINTS, HYDRA)
+    return (name in (CONFIG, PROVENANCE, METRICS, VALIDATION, TIMING, LOG, CHECKPOINTS, HYDRA)
             or any(_step_of(name, kind) is not None for kind in (_TRACES, _STATE, _PROBE)))
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from seal_verl.atomic import atomic_write_text
 
+from .provenance import report_lines as provenance_lines
 from .report_load import ReportError, Run, load_run
 from .report_plots import (_plt, plot_comparison, plot_cue_effect, plot_eval, plot_interface, plot_prevalence,
                            plot_weights_reward)
@@ -100,6 +101,7 @@ def build_report(paths: list[str], out: str, names: list[str] | None = None) -> 
                               + ([(plot_cue_effect, stem + "_cue_effect.png")] if cue_effects(run) else []))
             detail = (f"<p>{len(run.steps)} training step(s), {sum(len(w) for w in run.weights.values())} rollouts; "
                       f"accuracy: {html.escape(run.source())}</p>")
+            detail += "<p class='path'>" + "<br>".join(html.escape(x) for x in provenance_lines(run.path)) + "</p>"
         pngs += figs
         said = "".join(f"<li class='note'>{html.escape(n)}</li>" for n in run.notes) + "".join(
             f"<li class='warning'>{html.escape(w)}</li>" for w in run.warnings)
@@ -116,6 +118,8 @@ def build_report(paths: list[str], out: str, names: list[str] | None = None) -> 
     if effect_rows:
         text += ("\n\nCue effect (training reward with minus without, same weights and tasks; last probe)\n"
                  + format_text_table(CUE_EFFECT_HEADER, effect_rows))
+    text += "".join(f"\n\nProvenance of {method_label(r)}\n" + "\n".join("  " + x for x in provenance_lines(r.path))
+                    for r in runs if r.kind != "eval")
     comparison = ""
     if len(runs) > 1:
         pngs.append(plot_comparison(runs, os.path.join(out, "comparison.png")))

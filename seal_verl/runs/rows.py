@@ -46,6 +46,7 @@ class TraceRow(TypedDict, total=False):
     cue_count: int
     hint_in_text: Optional[bool]    # the cue marker occurs in the decoded tokens
     interface_active: list
+    state_step: Optional[int]       # the global step of the closed-loop state it ran under (None: the initial one)
     tokens: Optional[dict]
     trace: Any
     timing: dict                    # the agent loop's timers in seconds (only where the batch has them: V1)
@@ -242,6 +243,7 @@ def trace_row(step: int, trained: Any, more: Optional[Mapping] = None) -> TraceR
         "cue_count": int(r.cue_count),
         "hint_in_text": r.hint_in_text,
         "interface_active": interface_active(r.trace),
+        "state_step": r.state_step,
         "tokens": r.tokens,
         "trace": r.trace,
     }

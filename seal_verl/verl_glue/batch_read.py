@@ -279,3 +279,33 @@ def data_proto_advantages(data: Any) -> list[tuple[float, Optional[tuple[float, 
     if "advantages" not in keys or "response_mask" not in keys:
         return [(0.0, None)] * len(data)
     return [_mean_and_range(a, m) for a, m in zip(data.batch["advantages"], data.batch["response_mask"])]
+
+
+def data_proto_val_rows(data: Any, tokenizer: Any, global_step: int) -> list:
+    """The run folder's rows of validation rollouts in a ``DataProto`` (the legacy trainer's validation batch after
+    its reward: ``rm_scores``, the reward's extras and the agent loop's fields in ``non_tensor_batch``), read
+    leniently: validation may run a reward without SEAL's keys."""
+    from seal_verl.core.observation import CUE_MARKER
+    from seal_verl.runs.rows import val_row
+
+    ntb, batch = data.non_tensor_batch, data.batch
+    keys = batch.keys()
+    att = batch["attention_mask"] if "attention_mask" in keys else None
+    resp_len = int(batch["responses"].shape[1]) if "responses" in keys else 0
+    scores = batch["rm_scores"].sum(-1).tolist() if "rm_scores" in keys else [None] * len(data)
+    uids = ntb["uid"] if "uid" in ntb else [None] * len(data)
+    rows = []
+    for i in range(len(data)):
+        extras = {k: X.plain(ntb[k][i]) for k in X.KEYS if k in ntb}
+        fields = {k: X.plain(ntb[k][i]) for k in X.LOOP_FIELDS if k in ntb}
+        hint = tokens = None
+        if att is not None and "input_ids" in keys:
+            if tokenizer is not None:
+                ids = batch["input_ids"][i][att[i].bool()].tolist()
+                hint = CUE_MARKER in tokenizer.decode(ids, skip_special_tokens=False)
+            if resp_len:
+                tokens = {"prompt": int(att[i][:-resp_len].sum()), "response": int(att[i][-resp_len:].sum())}
+        rows.append(val_row(global_step=int(global_step), key=f"{uids[i]}_{i}", reward_extras=extras,
+                            extra_fields=fields, score=None if scores[i] is None else float(scores[i]),
+                            hint_in_text=hint, tokens=tokens))
+    return rows

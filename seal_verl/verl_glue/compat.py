@@ -45,8 +45,12 @@ REACHES: dict[str, str] = {
     "legacy_trainer_wrappers": "module-level replacement (legacy.py) of ray_trainer.compute_advantage (called once "
                                "per step by RayPPOTrainer.fit with the whole DataProto) and "
                                "ray_trainer.compute_data_metrics (called by fit with batch=..., its dict logged), "
-                               "and of the private methods RayPPOTrainer._load_checkpoint / "
-                               "RayPPOTrainer._save_checkpoint (self.global_steps set by the load)",
+                               "ray_trainer.extract_reward (imported by name from verl.trainer.ppo.reward, called "
+                               "by _validate once per validation batch after its reward, meta_info['validate'] "
+                               "set), and of the private methods RayPPOTrainer._load_checkpoint / "
+                               "RayPPOTrainer._save_checkpoint (self.global_steps set by the load) / "
+                               "RayPPOTrainer._validate, and verl.utils.tracking.Tracking.log (called by fit once "
+                               "per step with the step's whole metrics dict, step=self.global_steps)",
     "distinct_weight_sync_socket": "the colocated weight sync's ZMQ IPC path, 'ipc:///tmp/rl-colocate-zmq-<Ray job "
                                    "id>-replica-<r>-rank-<k>.sock', computed twice: ServerAdapter.__init__ sets "
                                    "self.zmq_handle (vllm_rollout.py, the sender, which removes a file already "

@@ -68,8 +68,17 @@ def resume_folder(trainer_cfg: Any, global_steps: int) -> Optional[str]:
 #: the run folder's writer (``seal_verl.runs.folder``), named here for the trainer glue that reaches it through the
 #: driver
 RunFolder = run_folder.RunFolder
-#: states of this many earlier steps are kept for rollouts generated under them (an asynchronous trainer's)
+#: the least number of steps' rho the driver keeps for rollouts generated under them (an asynchronous trainer's);
+#: a run whose rollouts may lag further behind keeps more (``history_for``)
 RHO_HISTORY = 8
+
+
+def history_for(staleness: Optional[int]) -> int:
+    """How many steps' rho a run keeps when its rollouts lag at most ``staleness`` steps behind the step that trains
+    them (``config.staleness_bound``). A prompt submitted at step p reads the state published after step p - 1 or a
+    later one, and verl trains it by step p + staleness - 1 (one step more where a batch of prompts at the bound
+    waits for its slot): the current state and ``staleness`` before it."""
+    return max(RHO_HISTORY, int(staleness or 0) + 1)
 
 
 class SealDriver:
@@ -79,13 +88,17 @@ class SealDriver:
         cfg: the validated ``seal`` section.
         actor: ``(name, namespace, detached)`` of the state actor to publish to, or ``None`` to publish
             nowhere (unit tests; a run without rollout-side readers).
+        history: how many steps' rho to keep for rollouts generated under them (``history_for``; at least
+            :data:`RHO_HISTORY`).
     """
 
-    def __init__(self, cfg: SealConfig, actor: Optional[tuple[str, Optional[str], bool]] = None):
+    def __init__(self, cfg: SealConfig, actor: Optional[tuple[str, Optional[str], bool]] = None,
+                 history: int = RHO_HISTORY):
         from seal_verl.core.loop import ClosedLoopState
 
         self.cfg = cfg
         self.actor = actor
+        self.history = max(RHO_HISTORY, int(history))
         self.run_id = uuid.uuid4().hex
         self.state = ClosedLoopState.initial(cfg.switches, cfg.interface, cfg.weighting)
         #: number of training steps the state reflects (verl's ``global_steps`` after the step's update)
@@ -114,7 +127,7 @@ class SealDriver:
         """The rho of the state published after global step ``state_step`` (None: the current one).
 
         Raises:
-            SealWiringError: a rollout of a state older than the driver keeps (:data:`RHO_HISTORY` steps).
+            SealWiringError: a rollout of a state older than the driver keeps (``history`` steps).
         """
         if state_step is None or int(state_step) == self.global_step:
             return self.state.rho
@@ -201,7 +214,7 @@ class SealDriver:
 
     def _remember_rho(self) -> None:
         self._rho_by_step[self.global_step] = dict(self.state.rho)
-        for old in sorted(self._rho_by_step)[:-RHO_HISTORY]:
+        for old in sorted(self._rho_by_step)[:-self.history]:
             del self._rho_by_step[old]
 
     # ---------------------------------------------------------------- sharing and persistence
@@ -236,9 +249,13 @@ class SealDriver:
         return self.published_version
 
     def save_to(self, folder: str) -> str:
-        """Write ``<folder>/seal_state.json`` atomically; returns the path."""
+        """Write ``<folder>/seal_state.json`` atomically; returns the path. Beside the state it keeps the rho of the
+        earlier steps the driver holds (``rho_history``): an asynchronous trainer restores rollouts generated under
+        them with verl's checkpoint and trains them after the resume."""
         path = os.path.join(folder, STATE_FILE)
-        _atomic_write_json(path, self.envelope())
+        env = self.envelope()
+        env["rho_history"] = {str(k): dict(v) for k, v in sorted(self._rho_by_step.items()) if k != self.global_step}
+        _atomic_write_json(path, env)
         return path
 
     def load_from(self, folder: str, expected_step: int) -> None:
@@ -281,4 +298,16 @@ class SealDriver:
             raise SealResumeError(f"{path}: field 'state': {exc}") from None
         self.global_step = int(expected_step)
         self._rho_by_step = {}
+        history = env.get("rho_history") or {}  # absent in a state saved before it was kept
+        if not isinstance(history, dict):
+            raise SealResumeError(f"{path}: field 'rho_history' is {_shown(history)}; expected step -> rho")
+        for key, rho in history.items():
+            try:
+                step = int(key)
+            except (TypeError, ValueError):
+                raise SealResumeError(f"{path}: field 'rho_history' has the step {_shown(key)}") from None
+            if not isinstance(rho, dict) or step >= self.global_step:
+                raise SealResumeError(f"{path}: field 'rho_history' step {step}: {_shown(rho)} (a rho of a step "
+                                      f"before {self.global_step} expected)")
+            self._rho_by_step[step] = {str(z): float(v) for z, v in rho.items()}
         self._remember_rho()

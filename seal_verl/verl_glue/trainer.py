@@ -1,7 +1,21 @@
-"""The SEAL V1 trainer: verl's synchronous V1 trainer plus SEAL's trainer side.
+"""The SEAL V1 trainers: verl's V1 trainers plus SEAL's trainer side (:class:`SealTrainerMixin`).
 
-Registered as ``trainer.v1.trainer_mode=seal`` (``verl.trainer.ppo.v1.register_trainer``). It differs from
-``PPOTrainerSync`` in overridden methods of ``verl/trainer/ppo/v1/trainer_base.py:PPOTrainer``:
+Registered with ``verl.trainer.ppo.v1.register_trainer``, one per verl mode they extend:
+
+- ``trainer.v1.trainer_mode=seal``: verl's synchronous trainer (``sync``);
+- ``seal_colocate_async``: ``colocate_async`` (rollout and training on the same GPUs, generation paused for the
+  update and resumed after it, partial rollouts kept);
+- ``seal_separate_async``: ``separate_async`` (a rollout pool of its own, the trainer's GPUs lent to it when idle).
+
+Under the asynchronous modes verl trains a step on rollouts that may have been generated under the state of an
+earlier step (at most ``trainer.v1.sampler.max_off_policy_threshold`` steps behind). Every rollout carries the
+global step of the closed-loop state it ran under (its cues came from that state; its labels are the verifier's,
+from its own trace), the driver weights it with that step's rho and keeps as many steps' rho as the bound allows
+(``driver.history_for``), and the closed loop counts it once, in the step that trains it. verl's async ``step()``
+samples one or more mini-batches (``parameter_sync_step``), each through ``_compute_advantage``, so a step's
+rollouts reach the driver in several parts before the step closes.
+
+The mixin overrides these methods of ``verl/trainer/ppo/v1/trainer_base.py:PPOTrainer``:
 
 - ``_compute_advantage``: reads the batch's rollouts from TransferQueue once (``batch_read.TQReader``: the reward
   extras verl's agent-loop workers put into ``extra_fields['reward_extra_info']``, decoded once), runs the SEAL
@@ -18,6 +32,7 @@ Registered as ``trainer.v1.trainer_mode=seal`` (``verl.trainer.ppo.v1.register_t
 
 With ``seal.run_dir`` set, two more hooks keep the run folder (``driver.RunFolder``, the dry run's layout):
 
+- ``_load_checkpoint``: ``config.json`` and ``provenance.json`` (``run_start.record_start``);
 - ``_compute_metrics`` (after verl's own, when the step's metrics dict is complete): ``traces_step_{k}.jsonl``
   and one ``metrics.jsonl`` row from the step's record, with every logged scalar (``seal/...``,
   ``timing_s/...``, ``training/...``); ``state_step_{k}.json`` is written by the driver;
@@ -40,6 +55,8 @@ import os
 import numpy as np
 
 from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from seal_verl.core import extras as X
@@ -48,11 +65,12 @@ from seal_verl.verl_glue import compat, state_actor
 from seal_verl.verl_glue.advantage import SealWiringError
 from seal_verl.verl_glue.batch_read import (AGENT_LOOP_TIMERS, SYNC_PAIRS, TQReader, as_list, reward_extras,
                                             tq_advantages, unpadded_rows)
-from seal_verl.verl_glue.config import SEAL_TRAINER_MODES, check_run_config, estimator_name
-from seal_verl.verl_glue.driver import SealDriver, resume_folder
+from seal_verl.verl_glue.config import SEAL_TRAINER_MODES, check_run_config, estimator_name, staleness_bound
+from seal_verl.verl_glue.driver import SealDriver, history_for, resume_folder
 from seal_verl.verl_glue.multinode import check_multinode
 from seal_verl.verl_glue.probe import CueEffectProbe, ProbeOutput, stamp, uid_of_key
 from seal_verl.verl_glue.probe import sampling as probe_sampling
+from seal_verl.verl_glue.run_start import record_start
 from seal_verl.verl_glue.step import StepWriter, seal_step
 
 logger = logging.getLogger(__name__)
@@ -66,15 +84,6 @@ def tq_get(batch, fields: list[str]):
     import transfer_queue as tq
 
     return tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
-
-
-def _resolved(cfg):
-    from omegaconf import OmegaConf
-
-    try:
-        return OmegaConf.to_container(cfg, resolve=True)
-    except Exception:  # noqa: BLE001 - an unresolvable interpolation: keep the unresolved form
-        return OmegaConf.to_container(cfg, resolve=False)
 
 
 def step_metrics(record) -> dict:
@@ -111,7 +120,8 @@ class SealTrainerMixin:
         # Behave exactly like the base mode wherever verl compares trainer_mode with "sync".
         compat.run_as_trainer_mode(self, self.seal_base_mode)
         self.seal_adv_estimator = estimator_name(self.config.algorithm.adv_estimator)
-        self.seal = SealDriver(seal_cfg, actor=state_actor.actor_coordinates(config))
+        self.seal = SealDriver(seal_cfg, actor=state_actor.actor_coordinates(config),
+                               history=history_for(staleness_bound(config)))
         self.seal_probe = CueEffectProbe(seal_cfg)
         self._seal_reader = TQReader(run_folder=self.seal.run_folder is not None)
         self._seal_task_rows: dict | None = None
@@ -308,19 +318,8 @@ class SealTrainerMixin:
         return result
 
     def _seal_write_config(self, resumed_from) -> None:
-        cfg = self.config
-        recipe = cfg.get("recipe") or {}
-        self.seal.run_folder.write_config({
-            "trainer": f"verl main_ppo, trainer.v1.trainer_mode={cfg.trainer.v1.get('trainer_mode')}",
-            "variant": recipe.get("variant") if hasattr(recipe, "get") else None,
-            "preset": recipe.get("preset") if hasattr(recipe, "get") else None,
-            "model": cfg.actor_rollout_ref.model.path,
-            "seal": self.seal.cfg.to_dict(),
-            "resumed_from": resumed_from,
-            "resumed_from_step": int(self.global_steps) if resumed_from else None,
-            "faults": list(self.seal_faults),
-            "verl": _resolved(cfg),
-        })
+        record_start(self.seal, self.config, resumed_from=resumed_from, global_steps=int(self.global_steps),
+                     faults=tuple(self.seal_faults))
 
 
 class SealPPOTrainer(SealTrainerMixin, PPOTrainerSync):
@@ -330,8 +329,23 @@ class SealPPOTrainer(SealTrainerMixin, PPOTrainerSync):
     __seal_trainer__ = True
 
 
+class SealPPOTrainerColocateAsync(SealTrainerMixin, PPOTrainerColocateAsync):
+    """``trainer.v1.trainer_mode=seal_colocate_async``: verl's ``colocate_async`` plus SEAL's trainer side."""
+
+    seal_base_mode = "colocate_async"
+    __seal_trainer__ = True
+
+
+class SealPPOTrainerSeparateAsync(SealTrainerMixin, PPOTrainerSeparateAsync):
+    """``trainer.v1.trainer_mode=seal_separate_async``: verl's ``separate_async`` plus SEAL's trainer side."""
+
+    seal_base_mode = "separate_async"
+    __seal_trainer__ = True
+
+
 #: trainer_mode name -> class; the plugin registers these with verl.
-SEAL_TRAINERS = {"seal": SealPPOTrainer}
+SEAL_TRAINERS = {"seal": SealPPOTrainer, "seal_colocate_async": SealPPOTrainerColocateAsync,
+                 "seal_separate_async": SealPPOTrainerSeparateAsync}
 
 
 def register() -> None:

@@ -298,6 +298,39 @@ def test_vllm_linear_uses_live_weight_after_reload():
     assert _last_json(proc) == {"kept": True, "has_loader": True, "follows_reload": True, "changed": True}
 
 
+def test_vllm_pause_generation_takes_verls_keyword():
+    """verl's async trainers pause the engine with vLLM 0.24's ``wait_for_inflight_requests``; vLLM 0.32 names it
+    ``mode`` and raised a TypeError at the first step of ``colocate_async``. The patched method maps the keyword
+    and leaves every other call alone."""
+    _needs_vllm_cpu()
+    proc = _run(
+        """
+        import asyncio, json
+        import seal_cpu_platform as c
+        c.activate_if_requested()
+        from vllm.v1.engine.async_llm import AsyncLLM
+        seen = []
+
+        class Core:
+            async def pause_scheduler_async(self, mode, clear_cache):
+                seen.append([mode, clear_cache])
+
+        class Renderer:
+            async def clear_mm_cache_async(self):
+                pass
+
+        engine = AsyncLLM.__new__(AsyncLLM)
+        engine.engine_core, engine.renderer = Core(), Renderer()
+        asyncio.run(engine.pause_generation(wait_for_inflight_requests=False, clear_cache=True))   # verl's call
+        asyncio.run(engine.pause_generation(wait_for_inflight_requests=True, clear_cache=False))
+        asyncio.run(engine.pause_generation(mode="keep"))                                           # vLLM's own
+        print(json.dumps({"seen": seen, "patched": getattr(AsyncLLM.pause_generation, "_seal_cpu_patched", False)}))
+        """,
+        ON,
+    )
+    assert _last_json(proc) == {"seen": [["abort", True], ["wait", False], ["keep", True]], "patched": True}
+
+
 # ------------------------------------------------------------------------------- apart from the installed plugin
 
 

@@ -30,6 +30,13 @@ and shared by three runs, in this order:
    runs on the head here: the resume reads a checkpoint the other node wrote (``placement.json`` of both runs
    says so).
 
+4. ``seal_legacy_resumed``: the same resume on verl's legacy trainer (``trainer.use_v1=false``, one node): run 1's
+   V1 checkpoint continued for one step by ``RayPPOTrainer``, as a run does that moves to a verl whose default is
+   the legacy trainer again (verl's ``neo`` branch). The legacy path goes through every check the V1 runs go
+   through (weights, cues in training and never in validation, the sync, the resume) from its own run folder:
+   config, provenance, state, traces, metrics and validation rows written by the plugin's legacy wrappers, and
+   the checkpoint it saves holds its SEAL state.
+
 ``make test-cpu-two-nodes`` runs only the first run and its placement tests (``-k two_node``).
 
 What is asserted holds whatever the model samples. The warm-started model is partly right, so most GRPO groups
@@ -147,18 +154,28 @@ def runs(root, model, seal_run):
         script="run_two_nodes.sh",
     )
     out["seal_resumed"]["placement"] = _read_placement(out["seal_resumed"]["dir"])
+    out["seal_legacy_resumed"] = _run(
+        "seal_legacy_resumed", root, "seal", STEPS + 1,
+        dict(model, RESUME_FROM=os.path.join(out["seal"]["dir"], "checkpoints", f"global_step_{STEPS}")),
+        args=LEGACY,
+    )
     with open(os.path.join(root, "timings.json"), "w") as f:
         json.dump({k: {"rc": v["rc"], "seconds": v["seconds"]} for k, v in out.items()}, f, indent=1)
     print("\nCPU training runs:", json.dumps({k: (v["rc"], v["seconds"]) for k, v in out.items()}))
     return out
 
 
+#: verl's legacy trainer (the overlay's V1 trainer mode would be an error there)
+LEGACY = ("trainer.use_v1=false", "trainer.v1.trainer_mode=sync")
+
 # run -> (last global step, resumed from, require moving weights, least share of non-zero GRPO advantages)
 SPECS = {
     "seal": (STEPS, None, True, MIN_NONZERO),
     "grpo": (GRPO_STEPS, None, True, MIN_NONZERO),
     "seal_resumed": (STEPS + 1, "seal", True, MIN_NONZERO),
+    "seal_legacy_resumed": (STEPS + 1, "seal", True, MIN_NONZERO),
 }
+RESUMED = [name for name, spec in SPECS.items() if spec[1] is not None]
 
 
 @pytest.fixture(scope="module")
@@ -260,8 +277,34 @@ def test_rollout_and_actor_probabilities_agree_after_sync(reports, run):
 
 
 @needs_runs
-def test_resume_continues_with_saved_interface_state(reports):
-    _assert(reports, "seal_resumed", "resume")
+@pytest.mark.parametrize("run", RESUMED)
+def test_resume_continues_with_saved_interface_state(reports, run):
+    _assert(reports, run, "resume")
+
+
+@needs_runs
+@pytest.mark.parametrize("run", list(SPECS))
+def test_every_run_records_its_provenance(runs, reports, run):
+    """``provenance.json``: complete, and naming the launch this run was (its trainer, its command's overrides)."""
+    from seal_verl.runs import provenance as P
+
+    _assert(reports, run, "provenance")
+    rec, _ = P.read(runs[run]["dir"])
+    legacy = run == "seal_legacy_resumed"
+    assert ("legacy RayPPOTrainer" in rec["trainer"]) == legacy, rec["trainer"]
+    assert "main_ppo" in rec["launch"]["command"] and f"seal.run_dir={runs[run]['dir']}" in rec["overrides"]
+    assert rec["model"]["sha256"] and rec["data"]["split_sha256"], (rec["model"], rec["data"])
+
+
+@needs_runs
+def test_the_legacy_trainer_saves_its_seal_state(runs):
+    """The legacy run's own checkpoint (its last step) holds the SEAL state its run folder ends with."""
+    run = runs["seal_legacy_resumed"]["dir"]
+    k = STEPS + 1
+    saved, damage = RF.read_object(RF.checkpoint_state(run, k))
+    assert damage is None and saved is not None, RF.checkpoint_state(run, k)
+    state, _ = RF.read_object(os.path.join(run, RF.state_name(k)))
+    assert saved["global_step"] == k and saved["state"] == state
 
 
 @needs_runs
@@ -459,7 +502,8 @@ def test_run_folder_layout_matches_the_dry_run(tmp_path):
 
 
 def test_legacy_trainer_keeps_the_run_folder_too(tmp_path):
-    """trainer.use_v1=false: the compute_advantage / compute_data_metrics wrappers write traces and metrics rows."""
+    """trainer.use_v1=false: the compute_advantage wrapper writes the traces, verl's Tracking.log of the step the
+    metrics row with every scalar the step logged."""
     import uuid
 
     import numpy as np
@@ -503,9 +547,15 @@ def test_legacy_trainer_keeps_the_run_folder_too(tmp_path):
         "prompts": torch.ones(2, 3, dtype=torch.int64), "responses": torch.ones(2, T, dtype=torch.int64),
         "attention_mask": torch.ones(2, 3 + T, dtype=torch.int64), "response_mask": mask,
         "token_level_scores": rewards.clone(), "token_level_rewards": rewards}, non_tensors=non_tensor)
+    from verl.utils.tracking import Tracking
+
     try:
         out = ray_trainer.compute_advantage(data, adv_estimator="seal_grpo", num_repeat=2, config=root.algorithm)
-        ray_trainer.compute_data_metrics(batch=out, use_critic=False)
+        logged = ray_trainer.compute_data_metrics(batch=out, use_critic=False)
+        assert not (run / "metrics.jsonl").exists()  # the row waits for the step's whole metrics dict
+        # what fit does last in a step: log every metric of the step once (the actor's, the timers, ...)
+        Tracking(project_name="p", experiment_name="e", default_backend=[]).log(
+            data={**logged, "actor/grad_norm": 0.5, "timing_s/step": 2.0}, step=1)
     finally:
         legacy.forget(root)
     assert sorted(os.listdir(run)) == ["metrics.jsonl", "state_step_1.json", "traces_step_1.jsonl"]
@@ -514,6 +564,7 @@ def test_legacy_trainer_keeps_the_run_folder_too(tmp_path):
     assert traces[0]["w"] == 1.0 and traces[1]["w"] != 1.0 and traces[1]["advantage"] < 0 < traces[0]["advantage"]
     metric = json.loads((run / "metrics.jsonl").read_text())
     assert metric["global_step"] == 1 and "seal/weight/mean" in metric["metrics"]
+    assert metric["metrics"]["actor/grad_norm"] == 0.5 and metric["seconds"] == 2.0
     # the weighted-advantage check of real runs, on verl's legacy advantage path
     from seal_verl.verl_glue.config import parse_seal_config
 

@@ -144,6 +144,7 @@ def test_reward_function_path_points_at_reward_fns_bfcl_reward():
         ("run_ablation.sh", {"ABLATION": "no_env_side", "BACKBONE": "toolace2-8b"}, "no_env_side"),
         ("run_ablation.sh", {"ABLATION": "no_reweighting"}, "no_reweighting"),
         ("run_ablation.sh", {"ABLATION": "no_closed_loop"}, "no_closed_loop"),
+        ("run_seal.sh", {"MODE": "colocate_async"}, "seal"),
     ],
 )
 def test_launch_scripts_build_a_valid_main_ppo_command(tmp_path, script, env, variant):
@@ -166,6 +167,8 @@ def test_launch_scripts_build_a_valid_main_ppo_command(tmp_path, script, env, va
     assert cfg.recipe.backbone == env.get("BACKBONE", "qwen2.5-7b")
     assert cfg.trainer.total_epochs == 2
     assert cfg.data.train_files == os.path.join(str(tmp_path), "train.parquet")
+    assert cfg.recipe.mode == env.get("MODE")
+    assert cfg.trainer.v1.trainer_mode == ("seal_" + env["MODE"] if "MODE" in env else "seal")
 
 
 def test_launch_script_refuses_missing_data_and_bad_choices(tmp_path):

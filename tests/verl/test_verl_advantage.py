@@ -248,10 +248,10 @@ def tq_store():
             ray.shutdown()
 
 
-def _v1_config(adv="seal_grpo", mode="seal", seal=None):
+def _v1_config(adv="seal_grpo", mode="seal", seal=None, extra=()):
     from hydra import compose, initialize_config_module
 
-    overrides = [
+    overrides = [*extra,
         f"algorithm.adv_estimator={adv}",
         f"trainer.v1.trainer_mode={mode}",
         "actor_rollout_ref.rollout.n=4",
@@ -267,10 +267,11 @@ def _v1_config(adv="seal_grpo", mode="seal", seal=None):
     return cfg
 
 
-def _put_batch(tq, with_extras=True, drop_row=None, padding=0, second_output_of_row=None):
+def _put_batch(tq, with_extras=True, drop_row=None, padding=0, second_output_of_row=None, state_steps=None):
     """Rollouts of ROLLOUTS as verl's agent-loop workers store them (key {uid}_{session}_{index}), plus
     ``padding`` synthetic rows as verl's upsample_batch_to_divisible_size adds them (copies of row 0, zero
-    response mask, tag is_padding)."""
+    response mask, tag is_padding). ``state_steps``: per rollout, the global step of the closed-loop state the
+    agent loop says it ran under (its ``seal_state_step`` field)."""
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
     uid_of = {"a": str(uuid.uuid4()), "b": str(uuid.uuid4())}
@@ -281,6 +282,8 @@ def _put_batch(tq, with_extras=True, drop_row=None, padding=0, second_output_of_
         rm = torch.zeros(n)
         rm[-1] = r
         extra = {"reward_extra_info": _extras(r, lab, ab)} if with_extras and i != drop_row else {"other": 1}
+        if state_steps is not None:
+            extra["seal_state_step"] = int(state_steps[i])
         index = 1 if i == second_output_of_row else 0
         if index:
             session[g] -= 1  # same session as the previous row: a second output of one rollout
@@ -550,3 +553,139 @@ def test_a_stale_rollout_is_weighted_with_the_rho_it_was_generated_under():
     drv.add_trained([one])
     with pytest.raises(SealWiringError, match="twice"):
         drv.add_trained([one])
+
+
+# ------------------------------------------------------------------------------------------- verl's async modes
+
+def _failing_steps(driver, steps):
+    """Close ``steps`` steps of the driver on failing rollouts, so that dynamic rho moves; returns rho per step
+    (index 0: the initial state)."""
+    from seal_verl.core.profile import TrajectoryRecord
+
+    failing = [TrajectoryRecord("multi_turn_base", ["missing_tool_call", "spurious_tool_call", "state_mismatch"],
+                                [False, True, False], 0.0)] * 8
+    rhos = [dict(driver.state.rho)]
+    for k in range(1, steps + 1):
+        driver.add_records(failing)
+        driver.end_step(k)
+        rhos.append(dict(driver.state.rho))
+    return rhos
+
+
+@pytest.mark.parametrize("mode, base", [("seal_colocate_async", "colocate_async"),
+                                        ("seal_separate_async", "separate_async")])
+def test_async_seal_trainers_extend_verls_async_trainers(mode, base):
+    """The registered SEAL modes are verl's async trainers underneath: verl's code sees the base mode (async replay
+    buffer, TransferQueue checkpointing, parameter_sync_step), and the driver keeps the rho of as many steps as
+    verl's staleness bound lets a rollout lag behind."""
+    from verl.trainer.ppo.v1 import get_trainer_cls
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
+
+    from seal_verl.verl_glue.trainer import SealTrainerMixin
+
+    extra = ["trainer.v1.sampler.max_off_policy_threshold=12"]
+    if base == "separate_async":  # what verl's separate_async asks before any worker starts
+        extra += ["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+                  "trainer.v1.separate_async.parameter_sync_step=2", "actor_rollout_ref.rollout.nnodes=1",
+                  "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl"]
+    cfg = _v1_config(mode=mode, extra=extra)
+    cls = get_trainer_cls(mode)
+    verl_cls = get_trainer_cls(base)
+    assert issubclass(cls, SealTrainerMixin) and issubclass(cls, verl_cls)
+    trainer = cls(cfg)
+    assert trainer.trainer_mode == base and isinstance(trainer.replay_buffer, ReplayBufferAsync)
+    assert trainer.parameter_sync_step == (2 if base == "separate_async" else 1)
+    assert trainer.seal.history == 13  # the bound, and the current state
+
+
+def test_async_seal_mode_needs_a_staleness_bound():
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    cfg = _v1_config(mode="seal_colocate_async", extra=["trainer.v1.sampler.max_off_policy_threshold=null"])
+    with pytest.raises(SealConfigError, match="max_off_policy_threshold"):
+        get_trainer_cls("seal_colocate_async")(cfg)
+
+
+def test_a_stale_rollout_is_weighted_from_its_own_state_in_the_async_trainer(tq_store, tmp_path):
+    """Through ``seal_colocate_async``'s real advantage step on verl's TransferQueue: a group generated under the
+    state of step 0 and trained at step 3 gets the weights of step 0's rho (its advantages in TransferQueue are
+    w(rho_0) x GRPO, not w(rho_2) x GRPO), a group of the current state those of rho_2; the closed loop counts each
+    once, in step 3; the run folder records each rollout's state and ``seal-verl check`` recomputes its weight from
+    that state (and fails when the row claims the current one)."""
+    from seal_verl.runs import check as CHECK
+    from seal_verl.runs.rows import step_row, trace_row
+
+    tq = tq_store
+    seal = {"switches": {"reweighting": True, "env_side": False}, "weighting": {"dynamic": True},
+            "run_dir": str(tmp_path / "run")}
+    trainer = _v1_trainer(_v1_config(mode="seal_colocate_async", seal=seal))
+    rhos = _failing_steps(trainer.seal, 2)
+    trainer.global_steps = 3
+    stale = [0 if g == "a" else 2 for g, *_ in ROLLOUTS]
+    w0 = torch.tensor([trajectory_weight(trajectory_profile(lab, ab), rhos[0], 0.5, 2.0) for _, _, lab, ab in ROLLOUTS])
+    w2 = torch.tensor([trajectory_weight(trajectory_profile(lab, ab), rhos[2], 0.5, 2.0) for _, _, lab, ab in ROLLOUTS])
+    a_rows = [i for i, s in enumerate(stale) if s == 0]
+    assert any(abs(float(w0[i] - w2[i])) > 1e-3 for i in a_rows), "the test needs rho to have moved"
+    meta = _put_batch(tq, state_steps=stale)
+    out_meta = trainer._compute_advantage(meta, metrics={})
+    got = tq.kv_batch_get(keys=out_meta.keys, partition_id="train", select_fields=["advantages"])
+    adv = list(got["advantages"].unbind())
+    own = torch.where(torch.tensor(stale) == 0, w0, w2)
+    data = _data_proto()
+    grpo, _ = core_algos.compute_grpo_outcome_advantage(token_level_rewards=data.batch["token_level_rewards"],
+                                                        response_mask=data.batch["response_mask"],
+                                                        index=data.non_tensor_batch["uid"])
+    moved = 0
+    for i in range(len(ROLLOUTS)):
+        a = adv[i][: RESP_LEN[i]]
+        torch.testing.assert_close(a, grpo[i, : RESP_LEN[i]] * own[i])
+        if abs(float(grpo[i, 0])) > 1e-6 and abs(float(w0[i] - w2[i])) > 1e-3:
+            moved += 1
+            assert not torch.allclose(a, grpo[i, : RESP_LEN[i]] * w2[i])  # not the current state's weight
+    assert moved > 0
+    tq.kv_clear(keys=out_meta.keys, partition_id="train")
+
+    closed, record = trainer.seal.close_step(3)
+    assert [t.rollout.state_step for t in record.trained] == stale
+    assert [t.update.w for t in record.trained] == pytest.approx(own.tolist())
+    assert closed["seal/n_trajectories"] == len(ROLLOUTS)  # each rollout once, in the step that trained it
+    folder = trainer.seal.run_folder
+    rows = [trace_row(3, t) for t in record.trained]
+    assert [r["state_step"] for r in rows] == stale
+    folder.write_traces(3, rows)
+    folder.append_metrics(step_row(record, seconds=1.0, metrics=closed))
+    folder.write_config({"seal": trainer.seal.cfg.to_dict()})
+
+    def weights_check():
+        rep = CHECK.Report()
+        CHECK.check_weights(CHECK.Run(folder.path), rep, None)
+        return rep
+
+    assert weights_check().ok, weights_check().text()
+    for r in rows:
+        r["state_step"] = 2  # the row claims the current state: its weight no longer matches its labels
+    folder.write_traces(3, rows)
+    rep = weights_check()
+    assert not rep.ok and "recomputed" in rep.text(), rep.text()
+
+
+def test_the_rho_history_survives_a_resume(tmp_path):
+    """verl's async checkpoint keeps finished rollouts of earlier states (restored from TransferQueue's checkpoint)
+    and trains them after the resume: the driver saves the rho of the steps it keeps and reads them back."""
+    from seal_verl.verl_glue.config import parse_seal_config
+    from seal_verl.verl_glue.driver import SealDriver, SealResumeError
+
+    cfg = parse_seal_config({"switches": {"env_side": False}, "weighting": {"dynamic": True}})
+    drv = SealDriver(cfg, history=10)
+    rhos = _failing_steps(drv, 3)
+    drv.save_to(str(tmp_path))
+    back = SealDriver(cfg, history=10)
+    back.load_from(str(tmp_path), expected_step=3)
+    profile = trajectory_profile(["missing_tool_call", "pass"], [False, False])
+    for s in range(4):
+        assert float(back.weights([profile], 3, [s])[0]) == pytest.approx(trajectory_weight(profile, rhos[s], 0.5, 2.0))
+    env = json.loads((tmp_path / "seal_state.json").read_text())
+    env["rho_history"] = {"7": rhos[0]}  # a step after the checkpoint's
+    (tmp_path / "seal_state.json").write_text(json.dumps(env))
+    with pytest.raises(SealResumeError, match="rho_history"):
+        SealDriver(cfg).load_from(str(tmp_path), expected_step=3)
