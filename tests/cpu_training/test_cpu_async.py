@@ -37,8 +37,14 @@ CPU_DIR = os.path.join(REPO, "recipes", "bfcl_v3", "cpu")
 VENV = cpu_train_venv()
 ASYNC = ("mode=colocate_async", "trainer.save_freq=1")
 
-needs_runs = pytest.mark.slow(pytest.mark.skipif(
-    VENV is None, reason="real CPU training runs: set SEAL_CPU_TRAINING=1 (uses/builds <repo>/.venv-cpu-train)"))
+_skip_without_venv = pytest.mark.skipif(
+    VENV is None, reason="real CPU training runs: set SEAL_CPU_TRAINING=1 (uses/builds <repo>/.venv-cpu-train)")
+
+
+def needs_runs(test):
+    """Slow, and skipped unless the CPU training environment is asked for (a mark applied to another mark would
+    only record it as an argument: the skip would never apply)."""
+    return pytest.mark.slow(_skip_without_venv(test))
 
 
 def _run(name, root, steps, extra_env=None):
