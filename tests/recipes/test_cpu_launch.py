@@ -37,6 +37,18 @@ def tiny(tmp_path_factory):
     return D.tiny_model(str(tmp_path_factory.mktemp("tiny") / "model"))
 
 
+def test_overrides_after_the_scripts_options_reach_main_ppo(launch, monkeypatch):
+    """run_cpu.sh calls ``launch.py bfcl --venv-seconds N "$@"``: the caller's overrides come after an option, as
+    run_two_nodes.sh's placement overrides do (they were refused as unrecognized arguments)."""
+    seen = {}
+    monkeypatch.setattr(launch, "launch", lambda recipe, overrides, venv_seconds: seen.update(
+        overrides=list(overrides), venv_seconds=venv_seconds) or 0)
+    assert launch.main(["bfcl", "--venv-seconds", "3", "ray_kwargs.ray_init.num_cpus=null",
+                        "seal.state_actor.resources={seal_node_b: 0.01}"]) == 0
+    assert seen == {"overrides": ["ray_kwargs.ray_init.num_cpus=null", "seal.state_actor.resources={seal_node_b: 0.01}"],
+                    "venv_seconds": 3}
+
+
 def _script(recipe: str, tmp_path, **env) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if k not in ("FORCE", "REBUILD", "PREPARE_ONLY", "SEAL_CPU_MODEL")}
     full.update({"SEAL_CPU_VENV": sys.prefix, "SEAL_CPU_MODELS": str(tmp_path / "models"), **env})

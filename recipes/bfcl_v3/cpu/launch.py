@@ -377,7 +377,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--check-settings", action="store_true",
                    help="only check the settings (any Python 3 runs this: before the training venv is built)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides passed on to main_ppo")
-    args = p.parse_args(argv)
+    # the scripts put their options before the caller's overrides: plain parse_args would end the positional
+    # overrides at the first option and refuse every override after it
+    args = p.parse_intermixed_args(argv)
     recipe = RECIPES[args.recipe]
     if args.check_settings:
         from seal_verl import env_vars
