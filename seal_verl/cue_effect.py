@@ -12,10 +12,19 @@ interfaces, and is never trained on:
 The effect of the whole interface is ``r(current) - r(none)``; the effect of a kind is ``r(current) -
 r(drop:<kind>)``, where ``r`` is the mean of the reward the run trains on: the pass rate under the recipe's 0/1
 reward, the share of passing turns under a dense one (on a task few rollouts pass whole, a pass rate of 0 on both
-sides would say nothing). For pass rates the interval is Newcombe's hybrid score interval for a difference of two
-proportions (Wilson intervals of each side, combined), which stays sensible at rates of 0 and 1 where a normal
-interval collapses; for a dense reward it is the normal interval with Welch's standard error. Both treat the
-rollouts as independent draws, which is what the probe samples.
+sides would say nothing).
+
+Every task of a probe is sampled under every condition, so the conditions are compared task by task: the interval
+``lo``/``hi`` is the **paired** one, a t interval of the per-task differences (per task, the mean over its samples
+under each condition). Tasks differ far more in difficulty than a cue changes them, and pairing takes that spread
+out of the comparison. Beside it each effect keeps the **unpaired** interval, which treats the rollouts as
+independent draws: for pass rates Newcombe's hybrid score interval for a difference of two proportions (Wilson
+intervals of each side, combined), which stays sensible at rates of 0 and 1; for a dense reward Welch's interval
+(the t quantile with Welch-Satterthwaite degrees of freedom). Where pairing cannot estimate a spread (fewer than
+two tasks under both conditions, or the same difference on every task) the paired interval is the unpaired one.
+
+The probe's tasks rotate (:func:`pick_tasks`): each probe of a run takes the next tasks of one shuffle of the pool
+(the run's seed), so successive probes see different tasks and the whole pool before any task comes again.
 
 Optionally (``retire``, beyond the paper) the closed loop retires a kind whose interval lies wholly below zero on
 ``retire_after`` probes in a row: it stays off for the rest of the run, whatever its trigger rate.
@@ -30,7 +39,7 @@ import random
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Optional, Sequence
 
-from seal_verl.interface import CUE_KINDS, SHORT_NAMES, check_kinds
+from seal_verl.interface import CUE_KINDS, DEFAULT_TRIGGERS, SHORT_NAMES, check_kinds, ordered
 from seal_verl.options import from_mapping, parse_bool
 
 __all__ = [
@@ -48,6 +57,8 @@ __all__ = [
     "mean_difference_interval",
     "effect",
     "newcombe_interval",
+    "paired_interval",
+    "t_quantile",
     "pick_tasks",
     "retire_update",
     "short_line",
@@ -72,14 +83,16 @@ class CueEffectConfig:
     Attributes:
         every: probe every this many training steps (0 switches the probe off). A step with no cue kind on is
             not probed (there is nothing to compare) and the next step with one is.
-        tasks: training tasks in the probe (a fixed set, drawn once with ``seed``, so probes are comparable).
+        tasks: training tasks in each probe; successive probes of a run take the next ones of a shuffle of the
+            training tasks (:func:`pick_tasks`), so they cover the pool before a task comes again.
         samples: rollouts per task and condition.
         max_rollouts: budget of one probe; when ``tasks x samples x conditions`` exceeds it, fewer tasks are
-            probed (never fewer than one). At least ``samples x 7`` (five kinds on: current, none, five drops).
+            probed (never fewer than one). At least ``samples x (2 + kinds)`` for the interface's configured kinds
+            (current, none, one drop per kind: 7 with the default five).
         confidence: level of the intervals, in (0, 1).
         temperature: sampling temperature of the probe's rollouts; null takes the training rollouts'
             (``actor_rollout_ref.rollout.temperature``), so the probe measures the policy that trains.
-        seed: draws the probe's tasks.
+        seed: the probe's own seed, for callers that have no run seed to draw the tasks with.
         retire: let the closed loop retire a kind whose effect stays below zero beyond its interval (beyond
             the paper; off by default and in the ``paper`` preset).
         retire_after: consecutive probes with the whole interval below zero before a kind is retired.
@@ -95,8 +108,13 @@ class CueEffectConfig:
     retire: bool = False
     retire_after: int = 2
 
-    def validate(self) -> "CueEffectConfig":
-        """Raise ``ValueError`` naming the field; return ``self`` (normalised)."""
+    def validate(self, n_kinds: Optional[int] = None) -> "CueEffectConfig":
+        """Raise ``ValueError`` naming the field; return ``self`` (normalised).
+
+        Args:
+            n_kinds: how many cue kinds the interface can switch on (``InterfaceConfig.kinds()``); the budget
+                must hold one task under every condition they can need. None: the default interface's.
+        """
         for name, lo in (("every", 0), ("tasks", 1), ("samples", 1), ("max_rollouts", 1), ("seed", 0),
                          ("retire_after", 1)):
             v = getattr(self, name)
@@ -107,10 +125,11 @@ class CueEffectConfig:
             if int(v) > 1_000_000:
                 raise ValueError(f"{name} must be <= 1000000, got {v!r}")
             setattr(self, name, int(v))
-        most = self.samples * (2 + len(CUE_KINDS))
+        kinds = len(DEFAULT_TRIGGERS) if n_kinds is None else int(n_kinds)
+        most = self.samples * (2 + kinds)
         if self.max_rollouts < most:
-            raise ValueError(f"max_rollouts ({self.max_rollouts}) must be at least samples x {2 + len(CUE_KINDS)} "
-                             f"= {most}: one task under every condition the probe can need")
+            raise ValueError(f"max_rollouts ({self.max_rollouts}) must be at least samples x {2 + kinds} "
+                             f"= {most}: one task under every condition the probe can need ({kinds} cue kinds)")
         c = self.confidence
         if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or not 0.0 < c < 1.0:
             raise ValueError(f"confidence must be a number in (0, 1), got {c!r}")
@@ -154,7 +173,17 @@ class ProbeRecord:
 
 @dataclass(frozen=True)
 class Effect:
-    """Pass rate with and without a cue (or the whole interface), their difference and its interval."""
+    """Mean reward with and without a cue (or the whole interface), their difference and its intervals.
+
+    Attributes:
+        with_, without: mean reward under the two conditions; ``diff`` their difference.
+        lo, hi: the interval of the difference: task-paired (:func:`paired_interval`) where it can be estimated,
+            else the unpaired one.
+        n_with, n_without: rollouts under each condition.
+        unpaired_lo, unpaired_hi: the unpaired interval (Newcombe's for pass rates, Welch's for a dense reward).
+        n_pairs: tasks sampled under both conditions. 0 in a file written before the paired interval existed:
+            its ``lo``/``hi`` are then the unpaired interval of that time.
+    """
 
     with_: float
     without: float
@@ -163,15 +192,29 @@ class Effect:
     hi: float
     n_with: int
     n_without: int
+    unpaired_lo: Optional[float] = None
+    unpaired_hi: Optional[float] = None
+    n_pairs: int = 0
+
+    def __post_init__(self):
+        if self.unpaired_lo is None:
+            object.__setattr__(self, "unpaired_lo", self.lo)
+        if self.unpaired_hi is None:
+            object.__setattr__(self, "unpaired_hi", self.hi)
 
     def to_dict(self) -> dict[str, Any]:
         return {"with": self.with_, "without": self.without, "diff": self.diff, "lo": self.lo, "hi": self.hi,
-                "n_with": self.n_with, "n_without": self.n_without}
+                "n_with": self.n_with, "n_without": self.n_without, "unpaired_lo": self.unpaired_lo,
+                "unpaired_hi": self.unpaired_hi, "n_pairs": self.n_pairs}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Effect":
-        return cls(float(d["with"]), float(d["without"]), float(d["diff"]), float(d["lo"]), float(d["hi"]),
-                   int(d["n_with"]), int(d["n_without"]))
+        """Inverse of ``to_dict``; also reads a dict written before the paired interval (no ``unpaired_*``, no
+        ``n_pairs``), whose interval was the unpaired one."""
+        lo, hi = float(d["lo"]), float(d["hi"])
+        return cls(float(d["with"]), float(d["without"]), float(d["diff"]), lo, hi, int(d["n_with"]),
+                   int(d["n_without"]), float(d.get("unpaired_lo", lo)), float(d.get("unpaired_hi", hi)),
+                   int(d.get("n_pairs", 0)))
 
 
 def due(cfg: CueEffectConfig, step: int, last_probe: Optional[int], active: Iterable[str]) -> bool:
@@ -188,7 +231,7 @@ def conditions(active: Iterable[str]) -> dict[str, frozenset]:
     kept under every name; :func:`distinct` runs each set once."""
     on = frozenset(check_kinds(active))
     out = {CURRENT: on, NONE: frozenset()}
-    for kind in sorted(on, key=list(CUE_KINDS).index):
+    for kind in ordered(on):
         out[drop_name(kind)] = on - {kind}
     return out
 
@@ -209,15 +252,34 @@ def alias(conds: dict[str, frozenset]) -> dict[str, str]:
     return {name: first[kinds] for name, kinds in conds.items()}
 
 
-def pick_tasks(task_ids: Sequence[str], cfg: CueEffectConfig, n_conditions: int) -> list[str]:
-    """The probe's tasks: ``cfg.tasks`` of ``task_ids`` drawn with ``cfg.seed`` (the same draw every probe of
-    a run), fewer when the rollout budget asks for it. The order of ``task_ids`` does not matter."""
+def pick_tasks(task_ids: Sequence[str], cfg: CueEffectConfig, n_conditions: int, *, seed: int,
+               probe_index: int) -> list[str]:
+    """The tasks of a run's ``probe_index``-th probe: a window of one shuffle of the pool.
+
+    The pool (``task_ids``; their order does not matter) is shuffled once with ``seed``; probe ``i`` takes the
+    ``cfg.tasks`` tasks (at most the pool) from position ``i x cfg.tasks`` on, wrapping around. So successive
+    probes of one run use different tasks, and every task is probed before any comes again; another seed gives
+    another order. When the rollout budget (``cfg.max_rollouts``; ``cfg.samples x n_conditions`` rollouts a task)
+    holds fewer tasks, the first ones of the window are taken (never fewer than one) and the window keeps its
+    place, so the rotation does not depend on the budget (the tasks cut off one time are not made up later).
+
+    Args:
+        task_ids: the training tasks to draw from.
+        cfg: the probe's settings (``tasks``, ``samples``, ``max_rollouts``).
+        n_conditions: distinct conditions this probe generates.
+        seed: the run's seed (the same for every probe of the run).
+        probe_index: 0 for the run's first probe, 1 for the next, ...
+    """
     pool = sorted(dict.fromkeys(str(t) for t in task_ids))
     if not pool:
         raise ValueError("the cue-effect probe has no training task to draw from")
+    if isinstance(probe_index, bool) or not isinstance(probe_index, int) or probe_index < 0:
+        raise ValueError(f"probe_index must be a non-negative integer, got {probe_index!r}")
+    random.Random(int(seed)).shuffle(pool)
+    window = min(cfg.tasks, len(pool))
     fit = max(1, cfg.max_rollouts // max(1, cfg.samples * n_conditions))
-    k = min(cfg.tasks, len(pool), fit)
-    return random.Random(cfg.seed).sample(pool, k)
+    start = probe_index * window
+    return [pool[(start + j) % len(pool)] for j in range(min(window, fit))]
 
 
 def wilson_interval(k: int, n: int, z: float) -> tuple[float, float]:
@@ -251,11 +313,74 @@ def newcombe_interval(k1: int, n1: int, k2: int, n2: int, confidence: float = 0.
     return max(-1.0, lo), min(1.0, hi)
 
 
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularised incomplete beta function (modified Lentz's method)."""
+    tiny, eps = 1e-300, 1e-15
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 500):
+        step = 1.0
+        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            step = c * d
+            h *= step
+        if abs(step - 1.0) < eps:
+            break
+    return h
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def _t_cdf(t: float, df: float) -> float:
+    tail = 0.5 * _incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The ``p`` quantile of Student's t distribution with ``df`` > 0 degrees of freedom (not necessarily whole:
+    Welch-Satterthwaite's are not); the normal quantile for infinite ``df``."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be in (0, 1), got {p!r}")
+    if not df > 0:
+        raise ValueError(f"df must be > 0, got {df!r}")
+    if math.isinf(df):
+        return _z(2.0 * p - 1.0)
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while _t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):  # bisection down to the float resolution
+        mid = (lo + hi) / 2.0
+        if _t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-13 * max(1.0, hi):
+            break
+    return (lo + hi) / 2.0
+
+
 def mean_difference_interval(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
-    """Interval of ``mean(a) - mean(b)`` for rewards in [0, 1] that are not all 0 or 1 (a dense reward): the
-    normal interval with each side's sample variance (Welch's standard error), widened to at least the variance
-    of a rate of 1/2 when a side has fewer than two values, and clipped to [-1, 1]."""
-    z = _z(confidence)
+    """Welch's interval of ``mean(a) - mean(b)`` for rewards in [0, 1] that are not all 0 or 1 (a dense reward):
+    each side's sample variance (widened to the variance of a rate of 1/2 when a side has fewer than two values),
+    Welch's standard error and the t quantile with Welch-Satterthwaite degrees of freedom (each side counting at
+    least one); clipped to [-1, 1]."""
 
     def var(x):
         if len(x) < 2:
@@ -264,53 +389,110 @@ def mean_difference_interval(a: Sequence[float], b: Sequence[float], confidence:
         return sum((v - m) ** 2 for v in x) / (len(x) - 1)
 
     d = (sum(a) / len(a) if a else 0.0) - (sum(b) / len(b) if b else 0.0)
-    se = math.sqrt(var(a) / max(1, len(a)) + var(b) / max(1, len(b)))
-    return max(-1.0, d - z * se), min(1.0, d + z * se)
+    sa, sb = var(a) / max(1, len(a)), var(b) / max(1, len(b))
+    se = math.sqrt(sa + sb)
+    if se == 0.0:
+        return max(-1.0, d), min(1.0, d)
+    df = (sa + sb) ** 2 / (sa * sa / max(1, len(a) - 1) + sb * sb / max(1, len(b) - 1))
+    t = t_quantile(0.5 + confidence / 2.0, df)
+    return max(-1.0, d - t * se), min(1.0, d + t * se)
 
 
-def effect(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> Effect:
-    """The effect of ``a`` (values with the cue) against ``b`` (without): Newcombe's interval where every value is
-    0 or 1 (pass rates), else the normal interval of a difference of means."""
+def paired_interval(a: dict[str, Sequence[float]], b: dict[str, Sequence[float]], confidence: float = 0.95
+                    ) -> tuple[Optional[tuple[float, float]], int]:
+    """The task-paired t interval of the difference.
+
+    For each task sampled under both conditions, the mean of its values under ``a`` minus the mean under ``b``;
+    over those n differences, mean +- t(n - 1) x sd / sqrt(n), clipped to [-1, 1]. Returns ``(interval, n)``. The
+    interval is None where the pairing cannot estimate a spread: fewer than two such tasks (no variance from one
+    difference), or the same difference on every task (a zero spread would claim certainty from a handful of
+    tasks); :func:`effect` then keeps the unpaired interval.
+
+    Args:
+        a, b: task id -> that task's values under each condition.
+        confidence: the interval's level, in (0, 1).
+    """
+    diffs = [sum(a[t]) / len(a[t]) - sum(b[t]) / len(b[t]) for t in a if a[t] and b.get(t)]
+    n = len(diffs)
+    if n < 2:
+        return None, n
+    m = sum(diffs) / n
+    var = sum((x - m) ** 2 for x in diffs) / (n - 1)
+    if var <= 1e-18:
+        return None, n
+    half = t_quantile(0.5 + confidence / 2.0, n - 1) * math.sqrt(var / n)
+    return (max(-1.0, m - half), min(1.0, m + half)), n
+
+
+def effect(a: Sequence[float], b: Sequence[float], confidence: float = 0.95, a_tasks: Optional[Sequence[str]] = None,
+           b_tasks: Optional[Sequence[str]] = None) -> Effect:
+    """The effect of ``a`` (values with the cue) against ``b`` (without).
+
+    The unpaired interval is Newcombe's where every value is 0 or 1 (pass rates), else Welch's. Given the task of
+    each value (``a_tasks``, ``b_tasks``, as long as ``a`` and ``b``), ``lo``/``hi`` is the paired interval
+    (:func:`paired_interval`) where it can be estimated; otherwise, and without the tasks, the unpaired one. The
+    paired interval centres on the mean per-task difference, which is ``diff`` when every task has as many
+    samples under both conditions, as the probe draws them.
+    """
     n1, n2 = len(a), len(b)
     p1 = sum(a) / n1 if n1 else 0.0
     p2 = sum(b) / n2 if n2 else 0.0
     if all(v in (0.0, 1.0) for v in list(a) + list(b)):  # pass rates: Newcombe's interval
-        lo, hi = newcombe_interval(int(sum(a)), n1, int(sum(b)), n2, confidence)
+        ulo, uhi = newcombe_interval(int(sum(a)), n1, int(sum(b)), n2, confidence)
     else:
-        lo, hi = mean_difference_interval(a, b, confidence)
-    return Effect(p1, p2, p1 - p2, lo, hi, n1, n2)
+        ulo, uhi = mean_difference_interval(a, b, confidence)
+    paired, n_pairs = None, 0
+    if a_tasks is not None and b_tasks is not None:
+        if len(a_tasks) != n1 or len(b_tasks) != n2:
+            raise ValueError("a_tasks and b_tasks must name the task of every value")
+        paired, n_pairs = paired_interval(_by_task(a, a_tasks), _by_task(b, b_tasks), confidence)
+    lo, hi = paired if paired is not None else (ulo, uhi)
+    return Effect(p1, p2, p1 - p2, lo, hi, n1, n2, ulo, uhi, n_pairs)
+
+
+def _by_task(values: Sequence[float], tasks: Sequence[str]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for v, t in zip(values, tasks):
+        out.setdefault(str(t), []).append(float(v))
+    return out
 
 
 def effects(records: Iterable[ProbeRecord], active: Iterable[str], confidence: float = 0.95) -> dict[str, Effect]:
-    """``{"all": ..., <kind>: ...}`` from a probe's rollouts, for the kinds that were ``active``. A condition
-    that shares its kinds with another (see :func:`conditions`) reads that one's rollouts."""
+    """``{"all": ..., <kind>: ...}`` from a probe's rollouts, for the kinds that were ``active``, paired by the
+    records' ``task_id``. A condition that shares its kinds with another (see :func:`conditions`) reads that
+    one's rollouts."""
     conds = conditions(active)
     names = alias(conds)
-    passed: dict[str, list[float]] = {}
+    values: dict[str, list[float]] = {}
+    tasks: dict[str, list[str]] = {}
     for r in records:
         if r.condition not in names:
             raise ValueError(f"probe record of an unknown condition {r.condition!r}; conditions: {sorted(names)}")
-        passed.setdefault(names[r.condition], []).append(r.value)
+        values.setdefault(names[r.condition], []).append(r.value)
+        tasks.setdefault(names[r.condition], []).append(str(r.task_id))
 
-    def of(name: str) -> list[float]:
-        return passed.get(names[name], [])
+    def compare(other: str) -> Effect:
+        a, b = names[CURRENT], names[other]
+        return effect(values.get(a, []), values.get(b, []), confidence, tasks.get(a, []), tasks.get(b, []))
 
-    out = {ALL: effect(of(CURRENT), of(NONE), confidence)}
+    out = {ALL: compare(NONE)}
     for name in conds:
         if name.startswith("drop:"):
-            out[name.split(":", 1)[1]] = effect(of(CURRENT), of(name), confidence)
+            out[name.split(":", 1)[1]] = compare(name)
     return out
 
 
 def metrics(found: dict[str, Effect], n_rollouts: int) -> dict[str, float]:
-    """verl metrics: ``seal/cue_effect/<kind or all>`` (the difference) and its ``/lo``, ``/hi``, ``/with``,
-    ``/without``; ``seal/cue_effect/n_rollouts``."""
+    """verl metrics: ``seal/cue_effect/<kind or all>`` (the difference) and its ``/lo``, ``/hi`` (the paired
+    interval), ``/unpaired_lo``, ``/unpaired_hi``, ``/with``, ``/without``; ``seal/cue_effect/n_rollouts``."""
     out: dict[str, float] = {"seal/cue_effect/n_rollouts": float(n_rollouts)}
     for key, e in found.items():
         base = f"seal/cue_effect/{key}"
         out[base] = e.diff
         out[f"{base}/lo"] = e.lo
         out[f"{base}/hi"] = e.hi
+        out[f"{base}/unpaired_lo"] = float(e.unpaired_lo)
+        out[f"{base}/unpaired_hi"] = float(e.unpaired_hi)
         out[f"{base}/with"] = e.with_
         out[f"{base}/without"] = e.without
     return out

@@ -410,7 +410,11 @@ def _probe_problems(run: Run, k: int, row: dict, probe: dict) -> list[str]:
         if mine is None:
             out.append(f"effect of {key!r} in the summary, not in the probe's conditions")
             continue
-        for field, value in (("with", mine.with_), ("without", mine.without), ("lo", mine.lo), ("hi", mine.hi)):
+        fields = [("with", mine.with_), ("without", mine.without)]
+        if "n_pairs" in e:  # a folder written before the paired interval holds the interval of that time
+            fields += [("lo", mine.lo), ("hi", mine.hi), ("unpaired_lo", mine.unpaired_lo),
+                       ("unpaired_hi", mine.unpaired_hi), ("n_pairs", mine.n_pairs)]
+        for field, value in fields:
             if abs(float(e.get(field, float("nan"))) - value) > 1e-9:
                 out.append(f"{key} {field} {e.get(field)} on file, {value:.4f} from the probe's rollouts")
         logged = (row.get("metrics") or {}).get(f"seal/cue_effect/{key}")

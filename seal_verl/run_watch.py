@@ -30,6 +30,7 @@ from typing import Optional
 
 from seal_verl import run_folder as RF
 from seal_verl.cue_effect import short_line
+from seal_verl.interface import SHORT_NAMES
 
 #: log line pattern -> phase shown next to the progress bar (the last one seen wins)
 PHASES = (
@@ -54,8 +55,7 @@ STALL_MIN_S = 300.0
 SHORT_LABELS = (("pass", "ok"), ("correct_abstention", "abst"), ("invalid_tool_call", "inv"),
                 ("argument_mismatch", "arg"), ("state_mismatch", "state"), ("recovery_failure", "recov"),
                 ("missing_tool_call", "miss"), ("response_mismatch", "resp"), ("spurious_tool_call", "spur"))
-SHORT_KINDS = {"call_format": "fmt", "schema_constraints": "schema", "tool_affordance": "afford",
-               "error_recovery": "recov", "ask_or_abstain": "ask"}
+SHORT_KINDS = SHORT_NAMES
 
 
 def _kinds(kinds) -> str:

@@ -10,8 +10,11 @@ import os
 import pytest
 
 from seal_verl import cue_effect as ce
-from seal_verl.interface import CUE_KINDS
+from seal_verl.interface import DEFAULT_TRIGGERS, ordered
 from seal_verl.warm_start import cue_reading as CR
+
+#: the kinds a measurement switches on unless told otherwise: those of the default trigger map
+CUE_KINDS = tuple(ordered(DEFAULT_TRIGGERS.values()))
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIPPED = os.path.join(REPO, "recipes", "ledger_cpu", "model")
@@ -39,9 +42,17 @@ def test_measure_samples_each_condition_and_its_numbers_recompute(tmp_path):
     for name, e in result["effects"].items():
         without = values[ce.NONE] if name == ce.ALL else values[ce.drop_name(name)]
         again = ce.effect(values[ce.CURRENT], without, result["confidence"])
-        assert e == pytest.approx(again.to_dict()), name
+        assert e["with"] == again.with_ and e["without"] == again.without, name
+        assert (e["unpaired_lo"], e["unpaired_hi"]) == pytest.approx((again.lo, again.hi)), name
+    # every value's task is recorded, so the effects pair by task (two tasks sampled under every condition)
+    assert all(sorted(set(t)) == sorted(tasks) for t in result["task_ids"].values())
+    assert all(e["n_pairs"] == 2 for e in result["effects"].values())
+    again = CR.recomputed(result)
+    assert set(again) == set(result["effects"])
+    assert all(again[k] == pytest.approx(result["effects"][k]) for k in again)
     table = CR.format_table(result)
     assert "all" in table and "fmt" in table and len(table.splitlines()) == 2 + len(CUE_KINDS) + 1
+    assert "paired interval" in table and "unpaired interval" in table
 
 
 def test_the_recorded_cue_effect_is_of_the_shipped_ledger_warm_start_and_recomputes():
@@ -58,7 +69,27 @@ def test_the_recorded_cue_effect_is_of_the_shipped_ledger_warm_start_and_recompu
     assert all(len(v) == result["tasks"] * result["samples"] for v in values.values())
     for name, e in result["effects"].items():
         without = values[ce.NONE] if name == ce.ALL else values[ce.drop_name(name)]
-        assert e == pytest.approx(ce.effect(values[ce.CURRENT], without, result["confidence"]).to_dict()), name
+        again = ce.effect(values[ce.CURRENT], without, result["confidence"])
+        # written before the paired interval: its interval is the unpaired one, the same up to Welch's t quantile
+        # (Welch-Satterthwaite df near 1,000 here, where the earlier normal quantile differs in the fourth digit)
+        assert (e["with"], e["without"], e["diff"]) == pytest.approx((again.with_, again.without, again.diff)), name
+        assert (e["lo"], e["hi"]) == pytest.approx((again.unpaired_lo, again.unpaired_hi), abs=2e-4), name
+
+
+def test_the_shipped_measurement_pairs_by_task_and_narrows_the_intervals():
+    """The shipped file holds its rewards in sampling order (each training task ``samples`` times in a row); paired
+    by task, every interval is narrower than the unpaired one."""
+    from seal_verl import dry_run as dr
+
+    with open(os.path.join(REPO, "recipes", "ledger_cpu", "cue_effect.json"), encoding="utf-8") as f:
+        result = json.load(f)
+    found = CR.recomputed(result, dr.environment("ledger").task_ids("train"))
+    for name, e in found.items():
+        assert e["n_pairs"] == result["tasks"], name
+        assert e["diff"] == pytest.approx(result["effects"][name]["diff"]), name
+        assert e["hi"] - e["lo"] < e["unpaired_hi"] - e["unpaired_lo"], name
+    table = CR.format_table(result, found)
+    assert table.count("[") == 2 * len(found)
 
 
 def test_the_cue_reading_stage_trains_on_every_cue_subset_right_and_failing(tmp_path):
@@ -70,7 +101,7 @@ def test_the_cue_reading_stage_trains_on_every_cue_subset_right_and_failing(tmp_
     by = {}
     for r in info["rows"]:
         by.setdefault((r["task_id"], r["failure"] is None), set()).add(r["interface"])
-    subsets = {",".join(s) or "none" for s in CR.all_subsets(tuple(CUE_KINDS))}
+    subsets = {",".join(s) or "none" for s in CR.all_subsets(tuple(CUE_KINDS))}  # the warm start's five kinds
     # every task: its ground truth and its labelled failure, each under all 32 cue states
     assert {k for k in by} == {(t, right) for t in tasks for right in (True, False)}
     assert all(v == subsets for v in by.values()), {k: len(v) for k, v in by.items()}

@@ -45,14 +45,14 @@ def test_a_kind_that_no_task_can_show_is_never_planned(kind, train_ids):
 
 def test_failing_rows_come_from_the_agent_loop_with_the_planned_labels(train_ids, tmp_path):
     from seal_verl.dry_run import tiny_model
-    from seal_verl.interface import CUE_KINDS
+    from seal_verl.warm_start.ledger import WARM_KINDS
 
     base = tiny_model(str(tmp_path / "tiny-random"))
     plans = MIX.failure_plans(train_ids[:3])
     rows, dropped = MIX.render_failure_rows(base, plans, str(tmp_path))
     assert dropped == []
     assert [(r["task_id"], r["interface"]) for r in rows] == [
-        (t, state) for t in train_ids[:3] for state in ("none", ",".join(CUE_KINDS))]
+        (t, state) for t in train_ids[:3] for state in ("none", ",".join(WARM_KINDS))]
     for r in rows:
         assert r["failure"] == plans[r["task_id"]].target
         assert len(r["labels"]) == len(r["input_ids"]) and r["trained_tokens"] > 0
@@ -72,9 +72,12 @@ def test_a_base_that_is_not_a_model_folder_is_one_line_not_a_traceback(stage, tm
 
 
 #: SHA-256 of the mixed stage's training rows (every training task's ground truth, then its failing plan, each under
-#: no cue and every cue kind on) rendered with the tiny tokenizer: the rows the shipped ledger model was trained on.
-#: A change here changes every ledger warm start built after it (and its cache key); update it only on purpose.
-MIXED_ROWS_SHA256 = "b729e9ac50d7cddf8769a44084946df4167083942c9402069ee461929a316fb2"
+#: no cue and every kind of the default triggers on) rendered with the tiny tokenizer: the rows a ledger warm start
+#: built from this code trains on. A change here changes every ledger warm start built after it (and its cache key);
+#: update it only on purpose. Last changed when ``tool_affordance`` became a cue that names what the tools can do for
+#: each request (before: b729e9ac..., the rows of the shipped model, whose affordance cue was the sentence that is now
+#: ``act_with_tools``; its ``build.json`` names the build).
+MIXED_ROWS_SHA256 = "bbd32ccb14119b6778ddb531ca52088fe016605aa04c7007ec842cc415b87ca8"
 
 
 def test_the_mixed_stage_trains_on_the_rows_it_always_did(train_ids, tmp_path):

@@ -47,7 +47,7 @@ def plan(cfg: ce.CueEffectConfig, step: int, active: Iterable[str], task_ids: It
     on = sorted(active)
     conds = ce.conditions(on)
     runs = ce.distinct(conds)
-    tasks = ce.pick_tasks(list(task_ids), cfg, len(runs))
+    tasks = ce.pick_tasks(list(task_ids), cfg, len(runs), seed=cfg.seed, probe_index=0)
     return ProbePlan(step=step, active=on, conditions=conds, runs=runs, tasks=tasks, samples=cfg.samples)
 
 

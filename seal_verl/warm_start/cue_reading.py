@@ -1,14 +1,17 @@
 """Cue reading: the cue effect of a model measured before any RL step, and the ledger stage that teaches cue text.
 
-    python -m seal_verl.warm_start.cue_reading measure MODEL [--samples 8] [--out FILE]  # the effect table
+    python -m seal_verl.warm_start.cue_reading measure MODEL [--samples 8] [--kinds K ...] [--out FILE]  # effects
+    python -m seal_verl.warm_start.cue_reading table FILE                                # a measurement's table
     python -m seal_verl.warm_start.cue_reading stage OUT --base MODEL                    # the cue-reading stage
 
 The training run's probe (:mod:`seal_verl.verl_glue.probe`) measures the cue effect of the weights of the moment
 under the interface of the moment. Before the first step no interface is on yet, so :func:`measure` takes the
-probe's own conditions with every cue kind on: the whole interface against no cue (``all``) and, per kind, every
-kind on against every kind but that one. The values compared are the run's training reward (the ledger's per-turn
-credit), sampled at the run's temperature through verl's real agent loop, and the intervals are the probe's
-(:func:`seal_verl.cue_effect.effects`).
+probe's own conditions with every kind of the interface on (the default trigger map's kinds, or ``--kinds``): the
+whole interface against no cue (``all``) and, per kind, every kind on against every kind but that one. The values
+compared are the run's training reward (the ledger's per-turn credit), sampled at the run's temperature through
+verl's real agent loop, and the intervals are the probe's (:func:`seal_verl.cue_effect.effects`: task-paired, with
+the unpaired interval beside it). ``table`` prints a measurement file's table, its intervals recomputed from the
+rewards it holds (so a file written before the paired interval existed shows it too).
 
 The stage (:func:`cue_stage`) fine-tunes the mixed ledger model on the same kinds of rows as the mixed stage (the
 ground truth and one labelled failure per task) rendered under every subset of the cue kinds, the states the closed
@@ -40,9 +43,17 @@ def all_subsets(kinds: Sequence[str]) -> list[tuple[str, ...]]:
     return [c for n in range(len(kinds) + 1) for c in itertools.combinations(kinds, n)]
 
 
+def default_kinds() -> tuple[str, ...]:
+    """The kinds the default trigger map switches on (what ``measure`` compares unless told otherwise)."""
+    from seal_verl.interface import InterfaceConfig
+
+    return InterfaceConfig().kinds()
+
+
 def measure(target: P.Target, model: str, task_ids: list[str], samples: int = DEFAULT_SAMPLES, seed: int = 0,
-            confidence: float = 0.95) -> dict:
-    """The cue effect of ``model`` with every cue kind on: ``{"effects": {name: Effect.to_dict()}, "n": ...}``.
+            confidence: float = 0.95, kinds: Optional[Sequence[str]] = None) -> dict:
+    """The cue effect of ``model`` with every kind of ``kinds`` on (the default trigger map's when None):
+    ``{"effects": {name: Effect.to_dict()}, "values": ..., "task_ids": ...}``.
 
     ``samples`` rollouts per task and condition (``len(task_ids) * samples`` per condition)."""
     import tempfile
@@ -52,9 +63,10 @@ def measure(target: P.Target, model: str, task_ids: list[str], samples: int = DE
 
     from seal_verl import cue_effect as ce
     from seal_verl import dry_run as dr
-    from seal_verl.interface import CUE_KINDS
+    from seal_verl.interface import ordered
     from seal_verl.verl_glue.agent_loop import set_state_source
 
+    kinds_on = ordered(default_kinds() if kinds is None else kinds)
     s = target.settings
     folder = tempfile.mkdtemp(prefix="cue-effect-")
     torch.manual_seed(seed)
@@ -69,7 +81,7 @@ def measure(target: P.Target, model: str, task_ids: list[str], samples: int = DE
                                        f"actor_rollout_ref.rollout.agent.default_agent_loop={target.loops[0]}"])
     parquet = dr.write_parquet(dr.dataset_rows(task_ids, target.loops[0], "train", "json", env=target.env),
                                os.path.join(folder, "cue_effect_tasks.parquet"))
-    conds = ce.distinct(ce.conditions(CUE_KINDS))
+    conds = ce.distinct(ce.conditions(kinds_on))
     records: list = []
     started = time.time()
     for i, (name, kinds) in enumerate(conds.items()):
@@ -90,7 +102,7 @@ def measure(target: P.Target, model: str, task_ids: list[str], samples: int = DE
                                           all(z == "pass" for z in labels), reward))
         print(f"[cue-effect] {name}: {len(gen)} rollouts, mean reward "
               f"{sum(r.value for r in records if r.condition == name) / max(len(gen), 1):.3f}", flush=True)
-    found = ce.effects(records, CUE_KINDS, confidence)
+    found = ce.effects(records, kinds_on, confidence)
     from seal_verl.shipped_models import file_sha256
 
     return {"model": os.path.abspath(model),
@@ -98,20 +110,53 @@ def measure(target: P.Target, model: str, task_ids: list[str], samples: int = DE
             "confidence": confidence, "seconds": round(time.time() - started, 1),
             "effects": {k: e.to_dict() for k, e in found.items()},
             # the rewards compared, per condition with rollouts of its own (kinds on: ``conditions``)
-            "conditions": {name: sorted(kinds, key=list(CUE_KINDS).index) for name, kinds in conds.items()},
-            "values": {name: [r.value for r in records if r.condition == name] for name in conds}}
+            "conditions": {name: ordered(kinds) for name, kinds in conds.items()},
+            "values": {name: [r.value for r in records if r.condition == name] for name in conds},
+            # the task of each value, in the same order
+            "task_ids": {name: [r.task_id for r in records if r.condition == name] for name in conds}}
 
 
-def format_table(result: dict) -> str:
-    """The effect table: one line per kind and one for the whole interface."""
+def recomputed(result: dict, task_ids: Optional[Sequence[str]] = None) -> dict:
+    """The effects of a measurement file recomputed from the rewards it holds, with the task-paired interval
+    beside the unpaired one: ``{name: Effect.to_dict()}``.
+
+    A file written before ``task_ids`` were recorded holds the rewards in the order they were sampled: each of
+    the first ``result["tasks"]`` of ``task_ids`` (the environment's training tasks, in order) ``samples``
+    times in a row, under every condition alike.
+
+    Args:
+        result: a ``measure`` result (or its JSON file's contents).
+        task_ids: the training tasks of the environment the file measured; needed for a file without
+            ``task_ids``.
+    """
+    from seal_verl import cue_effect as ce
+
+    values, conds = result["values"], result["conditions"]
+    tasks = result.get("task_ids")
+    if tasks is None:
+        if task_ids is None:
+            raise ValueError("this measurement holds no task ids: pass the environment's training tasks")
+        order = [t for t in list(task_ids)[: int(result["tasks"])] for _ in range(int(result["samples"]))]
+        tasks = {name: order for name in values}
+    records = [ce.ProbeRecord(name, str(t), False, float(v)) for name in values
+               for v, t in zip(values[name], tasks[name], strict=True)]
+    active = conds[ce.CURRENT]
+    return {k: e.to_dict() for k, e in ce.effects(records, active, float(result["confidence"])).items()}
+
+
+def format_table(result: dict, effects: Optional[dict] = None) -> str:
+    """The effect table: one line per kind and one for the whole interface, the task-paired interval beside the
+    unpaired one. ``effects``: the effects to show (e.g. :func:`recomputed`'s), else the result's own."""
     from seal_verl.interface import SHORT_NAMES
 
+    effects = result["effects"] if effects is None else effects
     lines = [f"cue effect at {result['model']} ({result['tasks']} tasks x {result['samples']} samples per "
-             f"condition, {int(result['confidence'] * 100)}% interval)",
-             f"{'cue':<8} {'with':>6} {'without':>8} {'effect':>7} {'interval':>17}"]
-    for k, e in result["effects"].items():
+             f"condition, {int(result['confidence'] * 100)}% intervals)",
+             f"{'cue':<8} {'with':>6} {'without':>8} {'effect':>7} {'paired interval':>18} {'unpaired interval':>18}"]
+    for k, e in effects.items():
+        paired = f"[{e['lo']:+.3f}, {e['hi']:+.3f}]" if e.get("n_pairs", 0) else "-"
         lines.append(f"{SHORT_NAMES.get(k, k):<8} {e['with']:6.3f} {e['without']:8.3f} {e['diff']:+7.3f} "
-                     f"[{e['lo']:+.3f}, {e['hi']:+.3f}]")
+                     f"{paired:>18} [{e.get('unpaired_lo', e['lo']):+.3f}, {e.get('unpaired_hi', e['hi']):+.3f}]")
     return "\n".join(lines)
 
 
@@ -127,7 +172,6 @@ def cue_stage(out: str, base: str, epochs: int = DEFAULTS["epochs"], lr: float =
     ``warm_start.json`` contents, with the cue effect measured at the new model (``cue_effect``; ``effect_samples``
     rollouts per task and condition, 0 skips it; ``tasks``: the training tasks, all of them unless named)."""
     from seal_verl import dry_run as dr
-    from seal_verl.interface import CUE_KINDS
     from seal_verl.warm_start import ledger as L
     from seal_verl.warm_start import ledger_mix as M
 
@@ -137,7 +181,7 @@ def cue_stage(out: str, base: str, epochs: int = DEFAULTS["epochs"], lr: float =
     train_ids, eval_ids = list(tasks or env.task_ids("train")), env.task_ids("eval")
     started = time.time()
     os.makedirs(out, exist_ok=True)
-    subsets = all_subsets(tuple(CUE_KINDS))
+    subsets = all_subsets(L.WARM_KINDS)
     rows = P.ground_truth_rows(L.TARGET, base, train_ids, out, subsets)
     plans = M.failure_plans(train_ids)
     failing, dropped = L.render_scripted(base, list(plans), out, lambda task: plans[task.id],
@@ -174,12 +218,18 @@ def main(argv: Optional[list[str]] = None) -> int:
         return P.cli(argv[1:], "python -m seal_verl.warm_start.cue_reading stage", __doc__,
                      lambda a: cue_stage(a.out, a.base, a.epochs, a.lr, a.samples, a.seed, a.force),
                      DEFAULTS, "the mixed ledger model to start from", target=False)
+    if argv[:1] == ["table"]:
+        return _table(argv[1:])
+    from seal_verl.interface import CUE_KINDS
+
     p = argparse.ArgumentParser(prog="python -m seal_verl.warm_start.cue_reading measure",
-                                description="The cue effect of a ledger model with every cue kind on.")
+                                description="The cue effect of a ledger model with every kind of the interface on.")
     p.add_argument("cmd", choices=["measure"])
     p.add_argument("model", help="a model folder")
     p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="rollouts per task and condition")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kinds", nargs="+", choices=list(CUE_KINDS), default=None,
+                   help="the cue kinds to switch on (default: those of the default trigger map)")
     p.add_argument("--out", default=None, help="also write the numbers (and every reward compared) to this JSON file")
     args = p.parse_args(argv)
     if not os.path.isfile(os.path.join(args.model, "config.json")):
@@ -193,13 +243,33 @@ def main(argv: Optional[list[str]] = None) -> int:
     quiet_libraries()
     if args.out and (os.path.isdir(args.out) or not os.path.isdir(os.path.dirname(os.path.abspath(args.out)))):
         p.error(f"--out {args.out}: not a file in an existing folder")
-    result = measure(L.TARGET, args.model, dr.environment(L.ENV).task_ids("train"), args.samples, args.seed)
+    result = measure(L.TARGET, args.model, dr.environment(L.ENV).task_ids("train"), args.samples, args.seed,
+                     kinds=args.kinds)
     print(format_table(result))
     if args.out:
         result["model"] = os.path.relpath(result["model"], os.path.dirname(os.path.abspath(args.out)))
         with open(args.out + ".tmp", "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)
         os.replace(args.out + ".tmp", args.out)
+    return 0
+
+
+def _table(argv: list[str]) -> int:
+    """``table FILE``: a ledger measurement's table, its intervals recomputed from the rewards it holds."""
+    p = argparse.ArgumentParser(prog="python -m seal_verl.warm_start.cue_reading table",
+                                description="The effect table of a ledger measurement file (make cue-effect --out), "
+                                            "task-paired and unpaired intervals recomputed from its rewards.")
+    p.add_argument("file", help="a measurement file, e.g. recipes/ledger_cpu/cue_effect.json")
+    args = p.parse_args(argv)
+    try:
+        with open(args.file, encoding="utf-8") as f:
+            result = json.load(f)
+    except (OSError, ValueError) as exc:
+        p.error(f"{args.file}: {exc}")
+    from seal_verl import dry_run as dr
+    from seal_verl.warm_start import ledger as L
+
+    print(format_table(result, recomputed(result, dr.environment(L.ENV).task_ids("train"))))
     return 0
 
 

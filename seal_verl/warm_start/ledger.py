@@ -22,13 +22,15 @@ import time
 from collections import Counter
 from typing import Optional, Sequence
 
-from seal_verl.interface import CUE_KINDS
+from seal_verl.interface import DEFAULT_TRIGGERS, ordered
 from seal_verl.warm_start import pipeline as P
 
 ENV = "ledger"
 TARGET = P.Target(env=ENV, run="ledger")
-#: the cue states every ledger row is rendered under: none, and every cue kind on
-CUE_STATES: tuple[tuple[str, ...], ...] = ((), tuple(CUE_KINDS))
+#: the cue kinds the warm start reads: those of the default trigger map (what the ledger run switches on)
+WARM_KINDS: tuple[str, ...] = tuple(ordered(DEFAULT_TRIGGERS.values()))
+#: the cue states every ledger row is rendered under: none, and every one of those kinds on
+CUE_STATES: tuple[tuple[str, ...], ...] = ((), WARM_KINDS)
 DEFAULTS = {"epochs": 40, "lr": 5e-3, "samples": 4, "seed": 0, "target": 0.35}
 #: what the record keeps of each row (``failure``: the mixed stage's failure kind, None for the ground truth)
 ROW_KEYS = P.ROW_KEYS[:2] + ("failure",) + P.ROW_KEYS[2:]
