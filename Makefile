@@ -17,7 +17,8 @@
 #                      (LEDGER_MODEL=DIR: on that model instead of the shipped ledger warm start)
 #   make warm-starts   rebuild both warm-started models on this machine (the runs use the shipped ones unless
 #                      REBUILD=1);  make ship-warm-starts  rebuild them and replace the shipped copies
-#   make cue-effect    the cue effect of the shipped ledger warm start before any RL step (every kind on)
+#   make cue-effect    the cue effect of the shipped ledger warm start before any RL step (the default kinds on;
+#                      paired and unpaired intervals)
 #   make clean         remove the virtual environments (runs/ stays: `make clean-runs` removes results)
 PYTHON ?= python3.11
 VENV   ?= .venv

@@ -352,7 +352,7 @@ class InterfaceState:
 
 
 def initial_state(cfg: InterfaceConfig) -> InterfaceState:
-    """Omega_0: every kind off (scaffolding is earned by failures), or every kind on when
+    """Omega_0: every kind off (scaffolding is earned by failures), or every configured kind on when
     ``cfg.fixed_all_on`` (and ``cfg.enabled``).
 
     Args:

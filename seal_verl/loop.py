@@ -9,7 +9,7 @@ The paper's ablations are switches, not code paths elsewhere:
 
 - ``env_side=False``: no cues at all (the interface is all-off forever);
 - ``reweighting=False``: w = 1 for every trajectory (``reweighting_enabled`` tells the trainer hook);
-- ``closed_loop=False``: a fixed interface with every cue kind on and static rho: labels still drive the
+- ``closed_loop=False``: a fixed interface with every configured cue kind on and static rho: labels still drive the
   weights and the per-error feedback, but nothing adapts across steps.
 
 With ``env_side`` and ``reweighting`` both off the run is vanilla GRPO. No Ray, verl or torch import here.
@@ -68,7 +68,7 @@ class SealSwitches:
     Attributes:
         env_side: the training-time interface adds cues.
         reweighting: trajectory weights scale the advantages (else w = 1).
-        closed_loop: interface and rho adapt from C_t (else all cue kinds on, static rho).
+        closed_loop: interface and rho adapt from C_t (else every configured cue kind on, static rho).
     """
 
     env_side: bool = True

@@ -32,7 +32,8 @@ def test_measure_samples_each_condition_and_its_numbers_recompute(tmp_path):
     from seal_verl.warm_start import ledger as L
 
     tasks = dr.environment("ledger").task_ids("train")[:2]
-    result = CR.measure(L.TARGET, SHIPPED, tasks, samples=2, seed=0)
+    progress = str(tmp_path / "progress.json")
+    result = CR.measure(L.TARGET, SHIPPED, tasks, samples=2, seed=0, progress=progress)
     # the probe's conditions with every kind on: current, none, and one leave-one-out per kind
     assert set(result["conditions"]) == {ce.CURRENT, ce.NONE} | {ce.drop_name(k) for k in CUE_KINDS}
     assert result["conditions"][ce.CURRENT] == list(CUE_KINDS) and result["conditions"][ce.NONE] == []
@@ -53,6 +54,12 @@ def test_measure_samples_each_condition_and_its_numbers_recompute(tmp_path):
     table = CR.format_table(result)
     assert "all" in table and "fmt" in table and len(table.splitlines()) == 2 + len(CUE_KINDS) + 1
     assert "paired interval" in table and "unpaired interval" in table
+    # a measurement that stopped resumes from its progress file: here every condition was done, none is sampled again
+    again = CR.measure(L.TARGET, SHIPPED, tasks, samples=2, seed=0, progress=progress)
+    assert again["values"] == result["values"] and again["effects"] == result["effects"]
+    saved = json.load(open(progress))
+    assert set(saved["done"]) == set(result["conditions"]) and saved["key"]["kinds"] == list(CUE_KINDS)
+    assert CR._load_progress(progress, dict(saved["key"], samples=3)) == {}  # another measurement starts afresh
 
 
 def test_the_recorded_cue_effect_is_of_the_shipped_ledger_warm_start_and_recomputes():

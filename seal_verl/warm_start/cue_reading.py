@@ -50,12 +50,34 @@ def default_kinds() -> tuple[str, ...]:
     return InterfaceConfig().kinds()
 
 
+def _load_progress(path: Optional[str], key: dict) -> dict:
+    """The conditions a stopped measurement of the same ``key`` (model, tasks, samples, seed, kinds) finished."""
+    if not path or not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return dict(saved.get("done") or {}) if saved.get("key") == key else {}
+
+
+def _save_progress(path: Optional[str], key: dict, done: dict) -> None:
+    if path:
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump({"key": key, "done": done}, f)
+        os.replace(path + ".tmp", path)
+
+
 def measure(target: P.Target, model: str, task_ids: list[str], samples: int = DEFAULT_SAMPLES, seed: int = 0,
-            confidence: float = 0.95, kinds: Optional[Sequence[str]] = None) -> dict:
+            confidence: float = 0.95, kinds: Optional[Sequence[str]] = None, progress: Optional[str] = None) -> dict:
     """The cue effect of ``model`` with every kind of ``kinds`` on (the default trigger map's when None):
     ``{"effects": {name: Effect.to_dict()}, "values": ..., "task_ids": ...}``.
 
-    ``samples`` rollouts per task and condition (``len(task_ids) * samples`` per condition)."""
+    ``samples`` rollouts per task and condition (``len(task_ids) * samples`` per condition). With ``progress`` (a
+    file), each finished condition's rewards are saved there, and a measurement of the same model, tasks, samples,
+    seed and kinds that stopped part-way resumes from it: each condition samples with its own seed, so the result
+    is the one an uninterrupted run gives."""
     import tempfile
 
     import torch
@@ -64,9 +86,13 @@ def measure(target: P.Target, model: str, task_ids: list[str], samples: int = DE
     from seal_verl import cue_effect as ce
     from seal_verl import dry_run as dr
     from seal_verl.interface import ordered
+    from seal_verl.shipped_models import file_sha256
     from seal_verl.verl_glue.agent_loop import set_state_source
 
     kinds_on = ordered(default_kinds() if kinds is None else kinds)
+    key = {"model_sha256": file_sha256(os.path.join(model, "model.safetensors")), "tasks": list(task_ids),
+           "samples": samples, "seed": seed, "kinds": kinds_on}
+    done = _load_progress(progress, key)
     s = target.settings
     folder = tempfile.mkdtemp(prefix="cue-effect-")
     torch.manual_seed(seed)
@@ -85,6 +111,11 @@ def measure(target: P.Target, model: str, task_ids: list[str], samples: int = DE
     records: list = []
     started = time.time()
     for i, (name, kinds) in enumerate(conds.items()):
+        if name in done:
+            records += [ce.ProbeRecord(name, t, False, v) for v, t in zip(done[name]["values"], done[name]["task_ids"])]
+            print(f"[cue-effect] {name}: resumed from {progress}", flush=True)
+            continue
+
         async def go(kinds=kinds, i=i):
             worker = dr.make_worker(config, P.HFSampler(lm, tokenizer, seed + i))
             batch = dr.load_batch(parquet, config, tokenizer, samples, uid_prefix=f"cue-{i}-")
@@ -100,13 +131,15 @@ def measure(target: P.Target, model: str, task_ids: list[str], samples: int = DE
             labels = json.loads(str(gen.non_tensor_batch["seal_labels"][j]))
             records.append(ce.ProbeRecord(name, str(gen.non_tensor_batch["task_id"][j]),
                                           all(z == "pass" for z in labels), reward))
+        mine = [r for r in records if r.condition == name]
+        done[name] = {"values": [r.value for r in mine], "task_ids": [r.task_id for r in mine]}
+        _save_progress(progress, key, done)
         print(f"[cue-effect] {name}: {len(gen)} rollouts, mean reward "
-              f"{sum(r.value for r in records if r.condition == name) / max(len(gen), 1):.3f}", flush=True)
+              f"{sum(r.value for r in mine) / max(len(gen), 1):.3f}", flush=True)
     found = ce.effects(records, kinds_on, confidence)
-    from seal_verl.shipped_models import file_sha256
 
-    return {"model": os.path.abspath(model),
-            "model_sha256": file_sha256(os.path.join(model, "model.safetensors")), "tasks": len(task_ids), "samples": samples, "seed": seed,
+    return {"model": os.path.abspath(model), "model_sha256": key["model_sha256"], "tasks": len(task_ids),
+            "samples": samples, "seed": seed,
             "confidence": confidence, "seconds": round(time.time() - started, 1),
             "effects": {k: e.to_dict() for k, e in found.items()},
             # the rewards compared, per condition with rollouts of its own (kinds on: ``conditions``)
@@ -230,7 +263,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kinds", nargs="+", choices=list(CUE_KINDS), default=None,
                    help="the cue kinds to switch on (default: those of the default trigger map)")
-    p.add_argument("--out", default=None, help="also write the numbers (and every reward compared) to this JSON file")
+    p.add_argument("--out", default=None, help="also write the numbers (and every reward compared) to this JSON file; "
+                   "progress goes to FILE.partial, from which a stopped measurement resumes")
     args = p.parse_args(argv)
     if not os.path.isfile(os.path.join(args.model, "config.json")):
         p.error(f"{args.model}: not a model folder (no config.json)")
@@ -243,14 +277,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     quiet_libraries()
     if args.out and (os.path.isdir(args.out) or not os.path.isdir(os.path.dirname(os.path.abspath(args.out)))):
         p.error(f"--out {args.out}: not a file in an existing folder")
+    progress = args.out + ".partial" if args.out else None  # a stopped measurement resumes from it
     result = measure(L.TARGET, args.model, dr.environment(L.ENV).task_ids("train"), args.samples, args.seed,
-                     kinds=args.kinds)
+                     kinds=args.kinds, progress=progress)
     print(format_table(result))
     if args.out:
         result["model"] = os.path.relpath(result["model"], os.path.dirname(os.path.abspath(args.out)))
         with open(args.out + ".tmp", "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)
         os.replace(args.out + ".tmp", args.out)
+        os.remove(progress)
     return 0
 
 
