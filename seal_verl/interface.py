@@ -11,9 +11,9 @@ kind                          family       default trigger        what it adds
 ``schema_constraints``        schema       argument_mismatch      required params, types, enums
 ``tool_affordance``           capability   missing_tool_call      what the offered tools can do for the
                                                                   pending request (from schemas + request)
+``act_with_tools``            capability   (none)                 "act with a tool call, not text"
 ``error_recovery``            error        recovery_failure       structured next-step error feedback
 ``ask_or_abstain``            capability   spurious_tool_call     "ask when a parameter/function lacks"
-``act_with_tools``            capability   (none)                 "act with a tool call, not text"
 ============================  ===========  =====================  =====================================
 
 The paper names three triggers (``PAPER_TRIGGERS``: argument_mismatch -> schema/constraint cues,
@@ -83,9 +83,9 @@ CUE_KINDS: dict[str, CueKind] = {
     CALL_FORMAT: CueKind(CALL_FORMAT, SCHEMA),
     SCHEMA_CONSTRAINTS: CueKind(SCHEMA_CONSTRAINTS, SCHEMA),
     TOOL_AFFORDANCE: CueKind(TOOL_AFFORDANCE, CAPABILITY),
+    ACT_WITH_TOOLS: CueKind(ACT_WITH_TOOLS, CAPABILITY),  # where the affordance sentence of earlier builds stood
     ERROR_RECOVERY: CueKind(ERROR_RECOVERY, ERROR),
     ASK_OR_ABSTAIN: CueKind(ASK_OR_ABSTAIN, CAPABILITY),
-    ACT_WITH_TOOLS: CueKind(ACT_WITH_TOOLS, CAPABILITY),
 }
 
 #: The paper's failure-type-specific activation: three triggers, label -> the kind it switches on.

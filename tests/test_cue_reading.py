@@ -71,7 +71,7 @@ def test_the_recorded_cue_effect_is_of_the_shipped_ledger_warm_start_and_recompu
         result = json.load(f)
     assert result["model_sha256"] == file_sha256(os.path.join(SHIPPED, "model.safetensors"))
     assert result["tasks"] * result["samples"] >= 256
-    assert set(result["effects"]) == {ce.ALL, *CUE_KINDS}
+    assert set(result["effects"]) == {ce.ALL, *result["conditions"][ce.CURRENT]}
     values = result["values"]
     assert all(len(v) == result["tasks"] * result["samples"] for v in values.values())
     for name, e in result["effects"].items():
@@ -108,7 +108,9 @@ def test_the_cue_reading_stage_trains_on_every_cue_subset_right_and_failing(tmp_
     by = {}
     for r in info["rows"]:
         by.setdefault((r["task_id"], r["failure"] is None), set()).add(r["interface"])
-    subsets = {",".join(s) or "none" for s in CR.all_subsets(tuple(CUE_KINDS))}  # the warm start's five kinds
+    from seal_verl.warm_start.ledger import WARM_KINDS
+
+    subsets = {",".join(s) or "none" for s in CR.all_subsets(WARM_KINDS)}  # the kinds the ledger run switches on
     # every task: its ground truth and its labelled failure, each under all 32 cue states
     assert {k for k in by} == {(t, right) for t in tasks for right in (True, False)}
     assert all(v == subsets for v in by.values()), {k: len(v) for k, v in by.items()}

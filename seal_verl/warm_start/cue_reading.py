@@ -6,7 +6,7 @@
 
 The training run's probe (:mod:`seal_verl.verl_glue.probe`) measures the cue effect of the weights of the moment
 under the interface of the moment. Before the first step no interface is on yet, so :func:`measure` takes the
-probe's own conditions with every kind of the interface on (the default trigger map's kinds, or ``--kinds``): the
+probe's own conditions with every kind of the interface on (the ledger run's kinds, or ``--kinds``): the
 whole interface against no cue (``all``) and, per kind, every kind on against every kind but that one. The values
 compared are the run's training reward (the ledger's per-turn credit), sampled at the run's temperature through
 verl's real agent loop, and the intervals are the probe's (:func:`seal_verl.cue_effect.effects`: task-paired, with
@@ -230,7 +230,8 @@ def cue_stage(out: str, base: str, epochs: int = DEFAULTS["epochs"], lr: float =
     def measured(model_dir: str) -> dict:
         rates = L.pass_rates(model_dir, train_ids, samples, seed, model_dir) if samples else {}
         held = L.pass_rates(model_dir, eval_ids, 1, seed, model_dir, greedy=True) if samples else {}
-        effect = measure(L.TARGET, model_dir, train_ids, effect_samples, seed) if effect_samples else None
+        effect = measure(L.TARGET, model_dir, train_ids, effect_samples, seed, kinds=L.WARM_KINDS) \
+            if effect_samples else None
         if effect:
             print(format_table(effect), flush=True)
         return {"pass_rates": rates, "heldout": held, "heldout_greedy": P.mean_pass_rate(held),
@@ -262,7 +263,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="rollouts per task and condition")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kinds", nargs="+", choices=list(CUE_KINDS), default=None,
-                   help="the cue kinds to switch on (default: those of the default trigger map)")
+                   help="the cue kinds to switch on (default: those the ledger run switches on)")
     p.add_argument("--out", default=None, help="also write the numbers (and every reward compared) to this JSON file; "
                    "progress goes to FILE.partial, from which a stopped measurement resumes")
     args = p.parse_args(argv)
@@ -279,7 +280,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         p.error(f"--out {args.out}: not a file in an existing folder")
     progress = args.out + ".partial" if args.out else None  # a stopped measurement resumes from it
     result = measure(L.TARGET, args.model, dr.environment(L.ENV).task_ids("train"), args.samples, args.seed,
-                     kinds=args.kinds, progress=progress)
+                     kinds=args.kinds or L.WARM_KINDS, progress=progress)
     print(format_table(result))
     if args.out:
         result["model"] = os.path.relpath(result["model"], os.path.dirname(os.path.abspath(args.out)))

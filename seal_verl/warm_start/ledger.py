@@ -22,13 +22,17 @@ import time
 from collections import Counter
 from typing import Optional, Sequence
 
-from seal_verl.interface import DEFAULT_TRIGGERS, ordered
+from seal_verl import taxonomy as tx
+from seal_verl.interface import ACT_WITH_TOOLS, DEFAULT_TRIGGERS, ordered
 from seal_verl.warm_start import pipeline as P
 
 ENV = "ledger"
 TARGET = P.Target(env=ENV, run="ledger")
-#: the cue kinds the warm start reads: those of the default trigger map (what the ledger run switches on)
-WARM_KINDS: tuple[str, ...] = tuple(ordered(DEFAULT_TRIGGERS.values()))
+#: the ledger run's trigger map (recipes/ledger_cpu/config/learn/ledger.yaml): the default one with the behavioural
+#: sentence for missing_tool_call, the affordance cue the shipped warm start was trained to read
+LEDGER_TRIGGERS: dict[str, str] = {**DEFAULT_TRIGGERS, tx.MISSING_TOOL_CALL: ACT_WITH_TOOLS}
+#: the cue kinds the warm start reads: those the ledger run switches on
+WARM_KINDS: tuple[str, ...] = tuple(ordered(LEDGER_TRIGGERS.values()))
 #: the cue states every ledger row is rendered under: none, and every one of those kinds on
 CUE_STATES: tuple[tuple[str, ...], ...] = ((), WARM_KINDS)
 DEFAULTS = {"epochs": 40, "lr": 5e-3, "samples": 4, "seed": 0, "target": 0.35}

@@ -248,3 +248,7 @@ def test_the_readme_quotes_the_learning_summary():
     assert f"SEAL ends level with it there ({held[0]}, 95% interval [{held[1]}, {held[2]}]" in readme
     gap = float(summary["seal"][4].split()[0])
     assert f"ends {abs(gap):.2f} below GRPO's" in readme
+
+
+def test_the_benchmarks_page_stays_within_200_lines():
+    assert len(_text(BENCH).splitlines()) <= 200
