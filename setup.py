@@ -39,7 +39,7 @@ setup(
         ],
     },
     entry_points={
-        "console_scripts": ["seal-verl=seal_verl.cli:main", "seal-verl-tiny-model=seal_verl.tiny_model:main"],
+        "console_scripts": ["seal-verl=seal_verl.cli:main", "seal-verl-tiny-model=seal_verl.models.tiny_model:main"],
         # Imported by every `import verl` (driver and Ray workers): registers seal_grpo, the `seal` V1
         # trainer, the legacy-trainer wrappers and the BFCL agent loops.
         "verl.plugins": ["seal = seal_verl.verl_glue.plugin"],

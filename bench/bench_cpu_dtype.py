@@ -6,7 +6,7 @@ forward and backward under ``torch.autocast(bf16)`` unless told otherwise. This 
 one process, what that costs on the machine at hand:
 
 1. one 512 x 512 matrix product, fp32 and bf16 (the raw kernel);
-2. forward + backward of the tiny Qwen2 (``seal_verl.tiny_model``) over a batch shaped like a CPU step's
+2. forward + backward of the tiny Qwen2 (``seal_verl.models.tiny_model``) over a batch shaped like a CPU step's
    micro-batch, plain fp32 and under ``torch.autocast("cpu", torch.bfloat16)``, with and without gradient
    checkpointing (the recipe turns it on, the overlay off).
 
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from seal_verl.tiny_model import make_tiny_qwen
+    from seal_verl.models.tiny_model import make_tiny_qwen
 
     if args.threads:
         torch.set_num_threads(args.threads)

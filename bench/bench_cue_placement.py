@@ -37,8 +37,8 @@ BUDGETS = {"prompt": 8192, "response": 8192}
 def play(environment, task, cfg) -> tuple[list[str], list[str]]:
     """The cue blocks of one ground-truth rollout under ``cfg`` (every configured kind on): (in the first
     prompt, on the response side)."""
-    from env_wrappers.observation import SealObservationWrapper
-    from seal_verl.interface import InterfaceState
+    from seal_verl.core.observation import SealObservationWrapper
+    from seal_verl.core.interface import InterfaceState
 
     episode = environment.start(task, call_format="json")
     wrapper = SealObservationWrapper(episode, InterfaceState(), cfg, {})
@@ -58,7 +58,7 @@ def play(environment, task, cfg) -> tuple[list[str], list[str]]:
 
 
 def configs() -> dict[str, object]:
-    from seal_verl.interface import DEFAULT_TRIGGERS, PAPER_TRIGGERS, PLACEMENTS, InterfaceConfig
+    from seal_verl.core.interface import DEFAULT_TRIGGERS, PAPER_TRIGGERS, PLACEMENTS, InterfaceConfig
 
     out = {}
     for name, triggers in (("default triggers", DEFAULT_TRIGGERS), ("paper triggers", PAPER_TRIGGERS)):
@@ -73,7 +73,7 @@ def tokenizers(env: str) -> dict[str, object]:
 
     out = {}
     try:
-        from seal_verl.backbones import save_tokenizer
+        from seal_verl.models.backbones import save_tokenizer
 
         out["qwen2.5"] = AutoTokenizer.from_pretrained(save_tokenizer("qwen2.5", tempfile.mkdtemp(prefix="tok-")))
     except Exception as exc:  # the vocabulary's package is missing: say so, measure with what there is
@@ -85,7 +85,6 @@ def tokenizers(env: str) -> dict[str, object]:
 
 def measure(env: str, n_tasks: Optional[int] = None) -> list[dict]:
     from seal_verl import dry_run as dr
-
     environment = dr.environment(env)
     ids = environment.task_ids("train")[: n_tasks or None]
     tasks = [environment.load_task(t) for t in ids]

@@ -50,7 +50,7 @@ import time
 
 os.environ.setdefault("BFCL_PROJECT_ROOT", tempfile.mkdtemp(prefix="bfcl-bench-"))
 
-from env_wrappers.bfcl.environment import calls as calls_mod  # noqa: E402
+from env_wrappers.bfcl.tools import calls as calls_mod  # noqa: E402
 from env_wrappers.bfcl.environment.env import BFCLEnv  # noqa: E402
 from env_wrappers.bfcl.environment.perturb import ground_truth_steps  # noqa: E402
 from env_wrappers.bfcl.environment.tasks import CATEGORIES, load_tasks  # noqa: E402
@@ -185,11 +185,12 @@ def _before_pool():
     """The pool as it was before the changes this benchmark measures: a released worker is reset on the thread
     that drops its rollout, at most ``MAX_IDLE_WORKERS`` are kept idle, live workers are not bounded and the
     open-files limit is left as it is."""
+    from env_wrappers.bfcl.sandbox import limits as sandbox_limits
     from env_wrappers.bfcl.sandbox import pool as sandbox_pool
 
     class BeforePool(sandbox_pool.WorkerPool):
         def idle_cap(self) -> int:
-            return sandbox_pool.MAX_IDLE_WORKERS
+            return sandbox_limits.MAX_IDLE_WORKERS
 
         def release(self, worker, slot: bool = False) -> None:
             with self._lock:

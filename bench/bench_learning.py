@@ -9,8 +9,10 @@ Each run is ``recipes/ledger_cpu/run_ledger.sh`` (verl's ``main_ppo`` with the r
 overlay and the ledger overlay) from the same warm-started tiny model, with the seed setting the data order and
 the rollout sampling. Runs go in order of priority (every variant on the first seed, then the next seed), and a
 finished run in ``--out`` (its timing record says exit 0 and the same step count, and its ``bench_settings.json``
-the same config files and overrides) is reused, so an interrupted benchmark resumes where it stopped. From the run
-folders it writes into ``--out``:
+the same config files and overrides) is reused, so an interrupted benchmark resumes where it stopped: the folder of
+an interrupted run is moved aside (into a dated sibling folder) and the run made again. A finished run made under
+other settings is never replaced without ``--force`` (that run fails, with a line saying so); with it, every run is
+made again and the earlier one moved aside, never deleted. From the run folders it writes into ``--out``:
 
 - ``learning.json``: per run and step the mean training reward, pass rate, label mix, cue kinds on, mean SEAL
   weight; per run the held-out greedy accuracy (no cue) before and after; the warm start's own training reward
@@ -36,8 +38,7 @@ import time
 from collections import defaultdict
 from typing import Optional
 
-from seal_verl import run_folder as RF
-
+from seal_verl.runs import folder as RF
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(REPO, "recipes", "ledger_cpu", "run_ledger.sh")
 VARIANTS = ("grpo", "seal", "no_env_side", "no_reweighting")
@@ -127,8 +128,8 @@ def start_reward(prepared: str, shipped: str = SHIPPED_EFFECT) -> Optional[dict]
     Why not the first steps of the runs: GRPO here reaches most of its final reward by step 3, so a first-window
     mean averages in policies already updated, and step 1 alone is one batch of 8 tasks (0.17-0.25 across seeds).
     The measurement covers every training task, 8 samples each, at the run's temperature and reward."""
-    from seal_verl.cue_effect import NONE
-    from seal_verl.shipped_models import file_sha256
+    from seal_verl.core.cue_effect import NONE
+    from seal_verl.models.shipped import file_sha256
 
     model = _prepared_model(prepared)
     weights = os.path.join(model, "model.safetensors") if model else None
@@ -157,8 +158,9 @@ def measure_start(prepared: str) -> int:
         return 0
     print(f"[bench-learning] measuring the training reward of {model} before any step (cue_reading measure)",
           flush=True)
-    return subprocess.run([sys.executable, "-m", "seal_verl.warm_start.cue_reading", "measure", model,
-                           "--out", os.path.join(prepared, MEASURED_EFFECT)], cwd=REPO).returncode
+    # a measurement there is of other weights (start_reward found none of these): replaced
+    return subprocess.run([sys.executable, "-m", "seal_verl.models.warm_start.cue_reading", "measure", model,
+                           "--out", os.path.join(prepared, MEASURED_EFFECT), "--force"], cwd=REPO).returncode
 
 
 def finished(path: str, steps: int, fingerprint: Optional[str] = None) -> bool:
@@ -190,8 +192,11 @@ def run_one(out: str, variant: str, seed: int, steps: int, force: bool, extra: l
         return 0
     if finished(path, steps) and not force:
         print(f"[bench-learning] {variant} seed {seed}: the finished run in {path} was made under other settings "
-              f"(config files, overrides or the warm start changed since): running it again", flush=True)
-    env = dict(os.environ, VARIANT=variant, STEPS=str(steps), SEED=str(seed), OUT=path)
+              f"(config files, overrides or the warm start changed since); --force makes it again (the earlier run "
+              f"is moved aside), or use another --out", file=sys.stderr, flush=True)
+        return 2
+    # an interrupted run of this benchmark is made again, its folder moved aside (never deleted) by the run script
+    env = dict(os.environ, VARIANT=variant, STEPS=str(steps), SEED=str(seed), OUT=path, FORCE="1")
     print(f"[bench-learning] {variant} seed {seed}: {steps} steps -> {path}", flush=True)
     if not prefix:
         rc = subprocess.run(["bash", RUN, *extra], env=env, cwd=REPO).returncode
@@ -542,11 +547,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--jobs", type=int, default=1,
                    help="runs side by side (default 1). Each run keeps one core busy most of the time "
                         "(one thread per process), so 2 on 2 cores finish the set sooner; each needs a few GB")
-    p.add_argument("--force", action="store_true", help="run again even if a finished run is in --out")
+    p.add_argument("--force", action="store_true",
+                   help="make every run again, even a finished one in --out (the earlier run is moved aside)")
     p.add_argument("--plot-only", action="store_true", help="only read the run folders in --out")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG (the training venv has no matplotlib)")
     p.add_argument("extra", nargs="*", help="Hydra overrides passed to every run")
     args = p.parse_args(argv)
+    from seal_verl import env_vars
+
+    env_vars.check_or_exit("bench-learning")
     if args.steps < 2 * args.window:
         p.error(f"--steps must be at least 2 x --window ({2 * args.window})")
     if args.jobs < 1:

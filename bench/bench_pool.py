@@ -27,6 +27,7 @@ os.environ.setdefault("BFCL_PROJECT_ROOT", tempfile.mkdtemp(prefix="bfcl-bench-"
 
 from env_wrappers.bfcl.environment.env import BFCLEnv  # noqa: E402
 from env_wrappers.bfcl.environment.tasks import load_tasks  # noqa: E402
+from env_wrappers.bfcl.sandbox import limits as sandbox_limits  # noqa: E402
 from env_wrappers.bfcl.sandbox import pool as sandbox_pool  # noqa: E402
 from env_wrappers.bfcl.sandbox.client import IsolatedBackends  # noqa: E402
 
@@ -56,7 +57,7 @@ def filled_worker(cap_mb: int = 400, files: int = 5000) -> tuple:
     w = b._box[0]
     status, report = w.request(("reset",), timeout=10.0)
     (vm0, own0), (vm, own) = report
-    kept = sandbox_pool._fits(w, report)
+    kept = sandbox_limits.fits(w, report)
     b._discard_worker()
     return (vm - vm0) / 2**20, (own - own0) / 2**20, kept
 

@@ -4,7 +4,7 @@ Both variants run ``python -m verl.trainer.main_ppo`` with the BFCL V3 recipe + 
 in the same order (same data file, seed and batch size), the same tiny model and the same budgets; the grpo
 variant is the same SEAL trainer with every switch off. Per training step the run folders' step rows give verl's
 timers and the agent loop's per-rollout timers, and the rollout rows the cue token counts (both read through
-``seal_verl.run_folder``):
+``seal_verl.runs.folder``):
 
 ==================  ==========================================================================================
 component           source (per step)
@@ -42,8 +42,7 @@ import subprocess
 import sys
 import time
 
-from seal_verl import run_folder as RF
-
+from seal_verl.runs import folder as RF
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_CPU = os.path.join(ROOT, "recipes", "bfcl_v3", "cpu", "run_cpu.sh")
 

@@ -1,7 +1,7 @@
-"""Benchmark: ``seal-verl report`` on a long run, in numbers (see ``seal_verl/run_report.py``).
+"""Benchmark: ``seal-verl report`` on a long run, in numbers (see ``seal_verl/runs/report.py``).
 
 Writes a synthetic run folder of ``--steps`` training steps with the run folder's own writer
-(``seal_verl.run_folder.RunFolder``, the rows ``step_row`` and ``trace_row`` build), then times reading it
+(``seal_verl.runs.folder.RunFolder``, the rows ``seal_verl.runs.rows`` builds), then times reading it
 (``load_run``) and the whole report (``build_report``: the PNGs and the page) and prints this process's peak
 resident memory. CPU time is printed beside wall time because the wall time depends on what else the machine
 runs. Also prints the size of a closed-loop state after as many steps (its history keeps the last
@@ -27,51 +27,55 @@ CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param"
 
 def write_run(path: str, steps: int, rollouts: int, val_every: int, probe_every: int) -> None:
     """A training run folder of ``steps`` steps whose rows have the shapes the trainer writes."""
-    from seal_verl import run_folder as RF
-    from seal_verl import taxonomy as tx
-    from seal_verl.interface import InterfaceConfig
-    from seal_verl.loop import ClosedLoopState, SealSwitches
-    from seal_verl.verl_glue.driver import step_row, trace_row, val_row
-    from seal_verl.weighting import WeightingConfig
+    from seal_verl.core import extras as X
+    from seal_verl.core import taxonomy as tx
+    from seal_verl.core.diagnosis import Diagnosis
+    from seal_verl.core.interface import InterfaceConfig
+    from seal_verl.core.loop import ClosedLoopState, SealSwitches
+    from seal_verl.core.step_record import Rollout, StepRecord, Trained, Update
+    from seal_verl.core.weighting import WeightingConfig
+    from seal_verl.runs import folder as RF
+    from seal_verl.runs.rows import step_row, trace_row, val_row
 
     folder = RF.RunFolder(path)
     folder.write_config({"seal": {"switches": {"env_side": True, "reweighting": True, "closed_loop": True}}})
     state = ClosedLoopState.initial(SealSwitches(), InterfaceConfig(), WeightingConfig())
     labels = ["pass", "argument_mismatch", "state_mismatch"]
     for k in range(1, steps + 1):
-        rows = []
+        trained = []
         for i in range(rollouts):
             cat = CATEGORIES[i % len(CATEGORIES)]
-            extras = {"seal_labels": json.dumps(labels[: 1 + (k + i) % 3]),
-                      "seal_abstention": json.dumps([False] * (1 + (k + i) % 3)),
-                      "score": float((k + i) % 2), "acc": float((k + i) % 2), "seal_category": cat}
-            fields = {"task_id": f"{cat}_{i}", "seal_agent_loop": "seal_bfcl", "seal_cue_tokens": 7,
-                      "seal_trace": json.dumps({"task_id": f"{cat}_{i}", "meta": {"interface_active": []}})}
-            rows.append(trace_row(step=k, global_step=k, key=f"{k}_{i}", uid=str(i), reward_extras=extras,
-                                  extra_fields=fields, w=0.5 + (k * i % 7) / 4, advantage=0.1, hint_in_text=False))
-        folder.write_traces(k, rows)
+            n = 1 + (k + i) % 3
+            grade = X.decode(X.encode(Diagnosis(labels=labels[:n], abstention=[False] * n), score=float((k + i) % 2),
+                                      acc=float((k + i) % 2), category=cat, task_id=f"{cat}_{i}", cue_tokens=7))
+            rollout = Rollout(index=i, key=f"{k}_{i}", uid=str(i), grade=grade, task_id=f"{cat}_{i}",
+                              agent_loop="seal_bfcl", cue_tokens=7, hint_in_text=False,
+                              trace={"task_id": f"{cat}_{i}", "meta": {"interface_active": []}})
+            trained.append(Trained(rollout, Update(w=0.5 + (k * i % 7) / 4, grpo_advantage=0.1, advantage=0.1,
+                                                   advantage_range=None, excluded=False)))
+        record = StepRecord(step=k, trained=tuple(trained), state_before=state, state_after=state)
+        folder.write_traces(k, [trace_row(k, t) for t in record.trained])
         metrics = {f"seal/prevalence_by_category/{c}/{key}": 0.1 for c in CATEGORIES for key in tx.PROFILE_KEYS}
         metrics.update({f"seal/cue_active/{kind}": float(k % 2) for kind in ("call_format", "error_recovery")})
         effect = None
         if probe_every and k % probe_every == 0:
             effect = {"confidence": 0.95, "effects": {"all": {"with": 0.6, "without": 0.4, "diff": 0.2, "lo": -0.1,
                                                               "hi": 0.5, "n_with": 8, "n_without": 8}}}
-        row = step_row(step=k, global_step=k, state_before=state, state_after=state, rows=rows, seconds=1.0,
-                       metrics=metrics, cue_effect=effect)
+        row = step_row(record, seconds=1.0, metrics=metrics, cue_effect=effect)
         row["prevalence"] = {key: 0.1 for key in tx.PROFILE_KEYS}
         folder.append_metrics(row)
         if val_every and k % val_every == 0:
-            folder.append_val([val_row(global_step=k, key=str(j), reward_extras={"acc": float(j % 2)},
-                                       extra_fields={"task_id": f"{CATEGORIES[j % 4]}_{j}", "seal_trace": "{}"},
+            folder.append_val([val_row(global_step=k, key=str(j), reward_extras={X.ACC: float(j % 2)},
+                                       extra_fields={X.ROW_TASK_ID: f"{CATEGORIES[j % 4]}_{j}", X.TRACE: "{}"},
                                        score=float(j % 2), hint_in_text=False) for j in range(16)])
 
 
 def state_size(steps: int) -> int:
     """Bytes of a closed-loop state file after ``steps`` steps of the loop (the last rows of its history)."""
-    from seal_verl.interface import InterfaceConfig
-    from seal_verl.loop import HISTORY_WINDOW, SealSwitches, closed_loop_step, initial
-    from seal_verl.profile import TrajectoryRecord
-    from seal_verl.weighting import WeightingConfig
+    from seal_verl.core.interface import InterfaceConfig
+    from seal_verl.core.loop import HISTORY_WINDOW, SealSwitches, closed_loop_step, initial
+    from seal_verl.core.profile import TrajectoryRecord
+    from seal_verl.core.weighting import WeightingConfig
 
     sw, icfg, wcfg = SealSwitches(), InterfaceConfig(), WeightingConfig()
     state = initial(sw, icfg, wcfg)
@@ -91,7 +95,7 @@ def main() -> int:
     p.add_argument("--val-every", type=int, default=500)
     p.add_argument("--probe-every", type=int, default=5)
     args = p.parse_args()
-    from seal_verl.run_report import build_report, load_run
+    from seal_verl.runs.report import build_report, load_run
 
     with tempfile.TemporaryDirectory(prefix="seal-report-bench-") as tmp:
         run = os.path.join(tmp, "run")

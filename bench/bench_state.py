@@ -23,7 +23,7 @@ LABELS = ("pass", "argument_mismatch", "state_mismatch", "missing_tool_call", "i
 
 
 def _records(k: int):
-    from seal_verl.profile import TrajectoryRecord
+    from seal_verl.core.profile import TrajectoryRecord
 
     out = []
     for i in range(8):
@@ -43,9 +43,9 @@ def _dump(obj) -> str:
 
 def measure(steps: int) -> dict:
     """Per-file largest size and the sum over every step's file, whole history against bounded."""
-    from seal_verl.interface import InterfaceConfig
-    from seal_verl.loop import SealSwitches, closed_loop_step, initial
-    from seal_verl.weighting import WeightingConfig
+    from seal_verl.core.interface import InterfaceConfig
+    from seal_verl.core.loop import SealSwitches, closed_loop_step, initial
+    from seal_verl.core.weighting import WeightingConfig
 
     sw, icfg, wcfg = SealSwitches(), InterfaceConfig(), WeightingConfig()
     state = initial(sw, icfg, wcfg)
@@ -88,7 +88,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, nargs="+", default=[1_000, 10_000])
     args = p.parse_args()
-    from seal_verl.loop import HISTORY_WINDOW
+    from seal_verl.core.loop import HISTORY_WINDOW
 
     print(f"closed-loop state files (history kept now: the last {HISTORY_WINDOW} rows)")
     print(f"{'steps':>7}  {'last file, whole history':>25}  {'last file, now':>15}  "

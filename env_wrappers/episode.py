@@ -14,8 +14,8 @@ import json
 from collections import Counter
 from typing import Any, Callable, Optional
 
-from seal_verl.diagnosis import TurnCheck
-from seal_verl.trace import (PARSE_BAD_STRUCTURE, PARSE_BAD_SYNTAX, PARSE_OK, PARSE_TOO_LARGE, Attempt, CallRecord,
+from seal_verl.core.diagnosis import TurnCheck
+from seal_verl.core.trace import (PARSE_BAD_STRUCTURE, PARSE_BAD_SYNTAX, PARSE_OK, PARSE_TOO_LARGE, Attempt, CallRecord,
                              Trace, TurnTrace)
 
 from .protocol import StepResult, ToolResult, Verification
@@ -50,6 +50,10 @@ class TurnEpisode:
     tool_names: tuple = ()
     decode_block: Any = None
     check_arguments: Any = None
+    #: True: a message whose call blocks all fail to decode ends the turn (``parse_error``). False: each such block
+    #: gets an error result the agent sees and the turn goes on, so a corrected call in the same turn counts (the
+    #: turn is judged on its end state and results, as BFCL judges a call that returned an error).
+    malformed_ends_turn: bool = True
 
     def __init__(self, task: Any, backend: ToolBackend, call_format: str = "json", max_steps_per_turn: int = 8):
         self.task = task
@@ -113,6 +117,10 @@ class TurnEpisode:
             return self._end("text", result)
         for rec in calls:
             if not rec.parsed:
+                if not self.malformed_ends_turn:
+                    rec.result, rec.is_error, rec.executed = undecodable_text(rec), True, False
+                    result.tool_results.append(ToolResult(name=rec.name or "", call=rec.raw[:200], content=rec.result,
+                                                          is_error=True))
                 continue
             rec.known = rec.available = self.known(rec.name)
             rec.schema_errors = self.argument_errors(rec.name, rec.arguments) if rec.known else []
@@ -134,6 +142,11 @@ class TurnEpisode:
         if not self.done:
             self.trace.turns[-1].ended_by = self.trace.turns[-1].ended_by or reason
             self._finish(False)
+
+
+def undecodable_text(rec: CallRecord) -> str:
+    """The error result of a call block that did not decode (what failed, never a guess at the intended call)."""
+    return f"Error: the tool call could not be decoded ({rec.parse_status}: {rec.parse_error[:120]})"
 
 
 def decode_json_call(text: str, canonical: Callable[[str, dict], str],

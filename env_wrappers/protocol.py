@@ -3,17 +3,21 @@
 SEAL's glue (the verl agent loops, the reward function, the dry run) serves any tool environment through two
 small objects, in the spirit of Gymnasium's ``Env`` and tau2-bench's domain / tools / evaluator split:
 
-- an :class:`Environment` (one per environment, registered by name in :mod:`env_wrappers.registry`): loads
-  tasks, builds an :class:`Episode` for one rollout of a task, renders the prompt and the messages of
-  functions revealed later, and verifies a finished trace turn by turn (:class:`Verification`);
+- an :class:`Environment` (one per environment, registered by name in :mod:`env_wrappers.registry`). Its
+  required part is five methods: the task ids of a split, a task by id, a fresh :class:`Episode` of a task, the
+  prompt's first messages, and the verdict of a finished trace with its per-turn checks (:class:`Verification`).
+  The rest are optional protocols with defaults, which :class:`Environment` inherits: :class:`TaskDetails`
+  (categories, turn counts, row checks, functions revealed mid-task), :class:`DatasetRows` (parquet rows),
+  :class:`Commands` (subcommands of ``seal-verl``) and :class:`Scripted` (the dry run's scripted assistant);
 - an :class:`Episode` (one per rollout, never shared): serves the user turns in order, executes one assistant
   message's tool calls and returns a :class:`StepResult`, says where turns end, and records the
-  :class:`~seal_verl.trace.Trace` that Psi reads.
+  :class:`~seal_verl.core.trace.Trace` that Psi reads.
 
 Which environment serves a dataset row is the row's ``extra_info.env`` (any name the registry resolves: a
 registered name or alias, an entry point, an import path), or the agent loop's own default. A task is whatever
-``load_task`` returns (SEAL reads no attribute of it); a task id is any non-empty string. The SEAL observation wrapper (:mod:`env_wrappers.observation`) wraps any ``Episode``: it
-only grows observation messages, so the tool semantics stay the environment's.
+``load_task`` returns (SEAL reads no attribute of it); a task id is any non-empty string. The SEAL observation
+wrapper (:mod:`seal_verl.core.observation`) wraps any ``Episode``: it only grows observation messages, so the tool
+semantics stay the environment's.
 
 Nothing here imports verl; an environment may import whatever it needs (BFCL imports bfcl-eval), and SEAL's
 core imports no environment.
@@ -23,14 +27,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional, Protocol, runtime_checkable
+from typing import Any, Callable, Iterator, NamedTuple, Optional, Protocol, runtime_checkable
 
-from env_wrappers.observation import HINT_PREFIX
-from seal_verl.diagnosis import TurnCheck
-from seal_verl.trace import Attempt, Trace
+from seal_verl.core.observation import CUE_MARKER
+from seal_verl.core.diagnosis import TurnCheck
+from seal_verl.core.trace import Attempt, Trace
 
-__all__ = ["ToolResult", "StepResult", "Episode", "Environment", "Verification", "TurnCheck",
-           "CUE_MARKER", "CLOSING_TEXT", "ABSTAIN_TEXT", "tool_docs_lines"]
+__all__ = ["ToolResult", "StepResult", "Episode", "Environment", "Verification", "TurnCheck", "TaskDetails",
+           "DatasetRows", "Command", "Commands", "Scripted", "REQUIRED", "OPTIONAL", "CUE_MARKER", "CLOSING_TEXT",
+           "ABSTAIN_TEXT", "tool_docs_lines"]
 
 
 @dataclass
@@ -120,8 +125,6 @@ CLOSING_TEXT = "Done."
 #: A scripted assistant's answer on a turn where it must ask instead of calling.
 ABSTAIN_TEXT = "I cannot do that yet: a required detail or function is missing. Could you provide it?"
 
-#: The marker every cue block starts with (so the trainer can count cue text in rollouts).
-CUE_MARKER = HINT_PREFIX.strip()
 
 
 def tool_docs_lines(tools: list[dict]) -> str:
@@ -129,46 +132,27 @@ def tool_docs_lines(tools: list[dict]) -> str:
     return "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
 
 
-class Environment:
-    """Base class of a registered environment. Override the methods marked *required*.
-
-    Class attributes: ``name`` (a default only: the registry sets each instance's ``name`` to the name it was
-    looked up by, which is what rows and traces carry), ``call_formats`` (the call encodings its episodes decode;
-    the first is the default), ``max_steps_per_turn`` (tool-call steps per user turn before the episode is
-    force-terminated).
-    """
-
-    name: str = ""
-    call_formats: tuple[str, ...] = ("json",)
-    max_steps_per_turn: int = 20
-    #: Task categories in display order (empty: in order of first appearance).
-    categories: tuple[str, ...] = ()
-
-    # ---------------------------------------------------------------------------------------- tasks
-    def load_task(self, task_id: str) -> Any:
-        """*Required.* The task with this id; an unknown id raises ``KeyError`` naming it."""
-        raise NotImplementedError
-
-    def task_ids(self, split: str) -> list[str]:
-        """*Required for the dry run.* Task ids of a split (``train`` or ``eval``), in a fixed order."""
-        raise NotImplementedError
+class TaskDetails:
+    """*Optional protocol*: what the glue reads about a task beyond the required part, with defaults that fit an
+    environment whose tasks carry a ``category`` attribute and reveal no function mid-task."""
 
     def category(self, task: Any) -> str:
         """The task's category (the row's ``data_source``; metrics are reported per category)."""
         return str(getattr(task, "category", "") or self.name)
 
-    # ---------------------------------------------------------------------------------------- rollout
-    def start(self, task: Any, *, call_format: str, max_steps_per_turn: Optional[int] = None,
-              call_timeout_s: Optional[float] = None) -> Episode:
-        """*Required.* A fresh :class:`Episode` of ``task`` (own state; nothing shared between rollouts)."""
-        raise NotImplementedError
+    def n_turns(self, task: Any) -> Optional[int]:
+        """Ground-truth user turns of ``task`` (None: unknown, not checked)."""
+        return None
 
-    def initial_messages(self, task: Any, messages: list[dict], call_format: str
-                         ) -> tuple[list[dict], Optional[list[dict]]]:
-        """The prompt: ``(messages, tools)``. ``messages`` are the first user turn (and the loop's system
-        prompt, if any); ``tools`` go to the chat template's ``tools=`` (None when the messages already
-        describe them). Default: the messages unchanged and the tools the first episode turn offers."""
-        return [dict(m) for m in messages], self.start(task, call_format=call_format).tools()
+    def check_row(self, task: Any, trace: Trace, *, data_source: Any = None, ground_truth: Any = None) -> None:
+        """Raise ``ValueError`` when a dataset row or trace disagrees with the task (wrong category, stale
+        ground truth, a trace with the wrong number of turns). Default: the turn count check only."""
+        n = self.n_turns(task)
+        if n is not None and len(trace.turns) != n:
+            raise ValueError(
+                f"the trace of {trace.task_id} has {len(trace.turns)} turns, the task has {n}; an agent loop "
+                "must record every turn (call terminate() when it stops early)"
+            )
 
     def reveal_messages(self, task: Any, turn: int, messages: list[dict], revealed_tools: list[dict],
                         call_format: str) -> list[dict]:
@@ -182,29 +166,10 @@ class Environment:
         out[first]["content"] = tool_docs_lines(revealed_tools) + "\n" + str(out[first].get("content") or "")
         return out
 
-    # ---------------------------------------------------------------------------------------- grading
-    def check_row(self, task: Any, trace: Trace, *, data_source: Any = None, ground_truth: Any = None) -> None:
-        """Raise ``ValueError`` when a dataset row or trace disagrees with the task (wrong category, stale
-        ground truth, a trace with the wrong number of turns). Default: the turn count check only."""
-        n = self.n_turns(task)
-        if n is not None and len(trace.turns) != n:
-            raise ValueError(
-                f"the trace of {trace.task_id} has {len(trace.turns)} turns, the task has {n}; an agent loop "
-                "must record every turn (call terminate() when it stops early)"
-            )
 
-    def n_turns(self, task: Any) -> Optional[int]:
-        """Ground-truth user turns of ``task`` (None: unknown, not checked)."""
-        return None
+class DatasetRows:
+    """*Optional protocol*: the environment's tasks as parquet rows for verl's ``RLHFDataset``."""
 
-    def verify(self, task: Any, trace: Trace, *, strict_abstention: bool = True,
-               call_timeout_s: Optional[float] = 10.0) -> Verification:
-        """*Required.* Verify a finished trace: the official verdict, the reward verdict and per-turn checks.
-        Must not execute model text as code, and must not reuse state another check already mutated.
-        ``call_timeout_s``: per-call time limit where the environment has one (None: trusted, inline)."""
-        raise NotImplementedError
-
-    # ---------------------------------------------------------------------------------------- data
     def dataset_rows(self, task_ids: list[str], split: str, call_format: str) -> list[dict]:
         """Parquet rows for verl's ``RLHFDataset`` (``agent_name`` is left for the caller to set). The row's
         ``extra_info`` names the environment and the task; the prompt is the first user turn."""
@@ -223,17 +188,33 @@ class Environment:
             })
         return rows
 
-    def commands(self) -> dict[str, Callable[[Any], int]]:
-        """Subcommands of the ``seal-verl`` command line that work on this environment's own files
-        (``diagnose`` of result files, ``prepare-data``, ...): name -> function of the parsed arguments,
-        returning the exit status. Default: none."""
+
+class Command(NamedTuple):
+    """One subcommand of the ``seal-verl`` command line that an environment owns: ``add_arguments(parser)`` defines
+    its arguments on the subcommand's ``argparse`` parser, ``run(args)`` runs it on the parsed arguments and returns
+    the exit status; ``help`` is its line in ``seal-verl --help``."""
+
+    add_arguments: Callable[[Any], None]
+    run: Callable[[Any], int]
+    help: str = ""
+
+
+class Commands:
+    """*Optional protocol*: subcommands of the ``seal-verl`` command line that work on this environment's own
+    files (``diagnose`` of result files, ``prepare-data``, ...)."""
+
+    def commands(self) -> dict[str, Command]:
+        """Subcommand name -> :class:`Command` (its arguments and what runs it). Default: none."""
         return {}
 
-    # ---------------------------------------------------------------------------------------- scripting
-    # Used only by the dry run and tests, where a scripted assistant stands in for the model.
+
+class Scripted:
+    """*Optional protocol*: the scripted assistant of the dry run and the tests, where planned messages stand in
+    for the model. Without ``reference_turns`` an environment trains and evaluates, but has no dry run."""
+
     def reference_turns(self, task: Any, call_format: str) -> list[list[str]]:
-        """*Required for the dry run.* Per user turn, assistant messages that solve it; the last of each
-        turn is a text answer (:data:`CLOSING_TEXT`, or :data:`ABSTAIN_TEXT` where the agent must ask)."""
+        """Per user turn, assistant messages that solve it; the last of each turn is a text answer
+        (:data:`CLOSING_TEXT`, or :data:`ABSTAIN_TEXT` where the agent must ask)."""
         raise NotImplementedError
 
     def failure_turns(self, task: Any, target: str, call_format: str, seed: int) -> Iterator[tuple]:
@@ -265,6 +246,61 @@ class Environment:
                         texts.append(_first_text(result.next_user))
                     break
         return texts
+
+
+class Environment(TaskDetails, DatasetRows, Commands, Scripted):
+    """Base class of a registered environment.
+
+    The methods defined here are the required part (:data:`REQUIRED`): every environment has them, and an
+    environment writes the four that raise ``NotImplementedError`` (``initial_messages`` has a default that fits
+    an environment whose prompt gives its tools through the chat template). Everything else comes from the
+    optional protocols this class inherits, each with defaults: :class:`TaskDetails` (categories, turn counts,
+    row checks, functions revealed mid-task), :class:`DatasetRows`, :class:`Commands` and :class:`Scripted`
+    (the dry run's scripted assistant). Override any of their methods to change a default.
+
+    Class attributes: ``name`` (a default only: the registry sets each instance's ``name`` to the name it was
+    looked up by, which is what rows and traces carry), ``call_formats`` (the call encodings its episodes decode;
+    the first is the default), ``max_steps_per_turn`` (tool-call steps per user turn before the episode is
+    force-terminated), ``categories`` (task categories in display order; empty: in order of first appearance).
+    """
+
+    name: str = ""
+    call_formats: tuple[str, ...] = ("json",)
+    max_steps_per_turn: int = 20
+    categories: tuple[str, ...] = ()
+
+    def task_ids(self, split: str) -> list[str]:
+        """*Write it.* Task ids of a split (``train`` or ``eval``), in a fixed order."""
+        raise NotImplementedError
+
+    def load_task(self, task_id: str) -> Any:
+        """*Write it.* The task with this id; an unknown id raises ``KeyError`` naming it."""
+        raise NotImplementedError
+
+    def start(self, task: Any, *, call_format: str, max_steps_per_turn: Optional[int] = None,
+              call_timeout_s: Optional[float] = None) -> Episode:
+        """*Write it.* A fresh :class:`Episode` of ``task`` (own state; nothing shared between rollouts)."""
+        raise NotImplementedError
+
+    def initial_messages(self, task: Any, messages: list[dict], call_format: str
+                         ) -> tuple[list[dict], Optional[list[dict]]]:
+        """The prompt: ``(messages, tools)``. ``messages`` are the first user turn (and the loop's system
+        prompt, if any); ``tools`` go to the chat template's ``tools=`` (None when the messages already
+        describe them). Default: the messages unchanged and the tools the first episode turn offers."""
+        return [dict(m) for m in messages], self.start(task, call_format=call_format).tools()
+
+    def verify(self, task: Any, trace: Trace, *, strict_abstention: bool = True,
+               call_timeout_s: Optional[float] = 10.0) -> Verification:
+        """*Write it.* Verify a finished trace: the official verdict, the reward verdict and per-turn checks.
+        Must not execute model text as code, and must not reuse state another check already mutated.
+        ``call_timeout_s``: per-call time limit where the environment has one (None: trusted, inline)."""
+        raise NotImplementedError
+
+
+#: The required part of an environment: the methods :class:`Environment` defines itself.
+REQUIRED = ("task_ids", "load_task", "start", "initial_messages", "verify")
+#: The optional protocols, each with defaults, that :class:`Environment` inherits.
+OPTIONAL = (TaskDetails, DatasetRows, Commands, Scripted)
 
 
 def _first_text(messages: list[dict]) -> str:

@@ -48,7 +48,7 @@ ENTRY_POINT_GROUP = "seal_verl.environments"
 
 #: Environments shipped with the project (import path of the class, imported on first use).
 BUILTIN: dict[str, str] = {
-    "bfcl": "env_wrappers.bfcl.environment.environment:BFCLEnvironment",
+    "bfcl": "env_wrappers.bfcl.registered:BFCL",
     "ledger": "env_wrappers.ledger.environment:LedgerEnvironment",
 }
 

@@ -20,7 +20,7 @@ with the agent loop's ``extra_fields``; the SEAL agent loops put the rollout's t
 The function grades from the trace, never from ``solution_str`` (which also contains the tool observations
 and any cue text). The environment (``trace.meta["env"]``, else the row's ``extra_info.env``, else the
 ``env`` option) looks the task up, checks the row against it and verifies the trace
-(:class:`env_wrappers.protocol.Environment`); Psi (:func:`seal_verl.diagnosis.diagnose`) labels the turns
+(:class:`env_wrappers.protocol.Environment`); Psi (:func:`seal_verl.core.diagnosis.diagnose`) labels the turns
 from the verifier's per-turn checks. Every sample returns the same keys (:data:`RESULT_KEYS`):
 
 - ``score``: the training reward: 1.0 / 0.0 (task passes under the reward semantics); with ``dense_credit``
@@ -30,7 +30,7 @@ from the verifier's per-turn checks. Every sample returns the same keys (:data:`
   the abstention flags (JSON strings, because ragged per-turn lists cannot be stacked by verl);
 - ``seal_category``, ``seal_task_id``: strings; ``seal_checker_error``: 1.0 if the verifier failed on a
   turn; ``seal_cue_tokens``: cue tokens in the rollout;
-- ``seal_p_<key>`` for each key of :data:`seal_verl.taxonomy.PROFILE_KEYS`: the trajectory profile p_j(z).
+- ``seal_p_<key>`` for each key of :data:`seal_verl.core.taxonomy.PROFILE_KEYS`: the trajectory profile p_j(z).
 
 Options (``reward_kwargs``; docs/config.md lists them with their defaults):
 
@@ -58,29 +58,31 @@ from dataclasses import asdict, fields
 from typing import Any, Optional
 
 from env_wrappers.registry import get_environment
-from seal_verl import taxonomy as tx
-from seal_verl.diagnosis import diagnose
-from seal_verl.profile import trajectory_profile
-from seal_verl.settings import RewardOptions
-from seal_verl.trace import Trace
+from seal_verl import env_vars
+from seal_verl.core import extras as X
+from seal_verl.core import taxonomy as tx
+from seal_verl.core.diagnosis import diagnose
+from seal_verl.core.settings import RewardOptions
+from seal_verl.core.trace import Trace
+
+# The project's SEAL_ settings, parsed when verl's reward worker loads this file: a bad value stops the worker with
+# one line naming its variable, before any rollout is graded under it.
+env_vars.check()
 
 __all__ = ["compute_score", "grade", "parse_options", "TRACE_KEY", "TASK_ID_KEY", "ENV_KEY", "PROFILE_PREFIX", "RESULT_KEYS",
            "DEFAULTS", "RewardOptions"]
 
 #: ``extra_info`` key of the rollout's trace (``Trace.to_json()``), set by the agent loop's extra_fields.
-TRACE_KEY = "seal_trace"
+TRACE_KEY = X.TRACE
 #: ``extra_info`` key of the task id (written by ``prepare-data``; the trace carries it too).
-TASK_ID_KEY = "task_id"
+TASK_ID_KEY = X.ROW_TASK_ID
 #: ``extra_info`` key (and ``trace.meta`` key) naming the row's environment.
 ENV_KEY = "env"
-PROFILE_PREFIX = "seal_p_"
-#: The keys every call returns, in order.
-RESULT_KEYS: tuple[str, ...] = (
-    "score", "acc", "seal_labels", "seal_abstention", "seal_category", "seal_task_id", "seal_checker_error",
-    "seal_cue_tokens",
-) + tuple(PROFILE_PREFIX + k for k in tx.PROFILE_KEYS)
+PROFILE_PREFIX = X.PROFILE_PREFIX
+#: The keys every call returns, in order (``seal_verl.core.extras``, the contract with the trainer side).
+RESULT_KEYS: tuple[str, ...] = X.KEYS
 
-#: Option defaults as a dict (from :class:`seal_verl.settings.RewardOptions`, their one source).
+#: Option defaults as a dict (from :class:`seal_verl.core.settings.RewardOptions`, their one source).
 DEFAULTS: dict[str, Any] = asdict(RewardOptions())
 #: Keyword arguments verl's reward managers may pass that this function does not use.
 _VERL_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
@@ -237,22 +239,10 @@ def grade(data_source: Any = None, solution_str: Any = None, ground_truth: Any =
                        opts["argument_credit"], [getattr(c, "argument_share", None) for c in v.checks])
     else:
         score = 0.0
-    profile = trajectory_profile(labels, abstention)
-    out: dict[str, Any] = {
-        "score": float(score),
-        "acc": float(bool(v.valid)),
-        "seal_labels": json.dumps(labels),
-        "seal_abstention": json.dumps(abstention),
-        "seal_category": str(v.category),
-        "seal_task_id": task_id,
-        "seal_checker_error": float(tx.CHECKER_ERROR in labels),
-        # Cue tokens the training interface added to this rollout (0 without cues): carried to the trainer
-        # with the labels so that it can log cue cost per step.
-        "seal_cue_tokens": cue_tokens,
-    }
-    for key in tx.PROFILE_KEYS:
-        out[PROFILE_PREFIX + key] = float(profile[key])
-    return out
+    # The cue tokens the training interface added (0 without cues) travel with the labels so that the trainer
+    # can log cue cost per step.
+    return X.encode(diagnosis, score=score, acc=float(bool(v.valid)), category=v.category, task_id=task_id,
+                    cue_tokens=cue_tokens)
 
 
 def compute_score(data_source: Any = None, solution_str: Any = None, ground_truth: Any = None,

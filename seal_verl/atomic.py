@@ -46,6 +46,9 @@ def atomic_write_bytes(path: str, data: bytes, prefix: str = ".seal.") -> str:
     remove_stale_temp_files(path, prefix)
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
     try:
+        # mkstemp makes the file 0600; a file written whole gets the mode a plain open() would give it (0666 less
+        # the umask), like the files appended to beside it
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -58,6 +61,21 @@ def atomic_write_bytes(path: str, data: bytes, prefix: str = ".seal.") -> str:
             pass
         raise
     return path
+
+
+def _umask() -> int:
+    """This process's umask: from ``/proc`` (setting it to read it back would change it for other threads
+    meanwhile), else by setting it and setting it back."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for row in fh:
+                if row.startswith("Umask:"):
+                    return int(row.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 class FileContentError(ValueError):

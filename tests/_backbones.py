@@ -14,7 +14,7 @@ import tempfile
 
 import pytest
 
-SOURCES = {"qwen2.5": "dashscope", "toolace2": "llama_models"}
+SOURCES = {"qwen2.5": "dashscope", "qwen3": "dashscope", "toolace2": "llama_models"}
 
 
 def _missing(what: str):
@@ -40,7 +40,7 @@ def require_handlers() -> None:
 
 @functools.lru_cache(maxsize=None)
 def _built(name: str) -> str:
-    from seal_verl.backbones import save_tokenizer
+    from seal_verl.models.backbones import save_tokenizer
 
     return save_tokenizer(name, tempfile.mkdtemp(prefix=f"seal-tok-{name}-"))
 
@@ -67,6 +67,6 @@ def tokenizer(name: str):
 @functools.lru_cache(maxsize=None)
 def tiny_model_dir(name: str) -> str:
     """A tiny random model on ``name``'s real tokenizer (``seal-verl-tiny-model --backbone``), once per session."""
-    from seal_verl.backbones.tiny import make_tiny_backbone
+    from seal_verl.models.backbones.tiny import make_tiny_backbone
 
     return make_tiny_backbone(tempfile.mkdtemp(prefix=f"seal-tiny-{name}-"), name, tokenizer_dir=tokenizer_dir(name))

@@ -1,5 +1,5 @@
 """A scripted OpenAI completions server on 127.0.0.1 that answers every prompt with one fixed text (not a test
-module; ``tests/test_official_pipeline.py`` starts it).
+module; ``tests/eval/test_official_pipeline.py`` starts it).
 
 bfcl-eval's local handlers render the prompt themselves and call ``/v1/completions``. With this server in place
 of vLLM, what "the model" says is chosen by the test, so a case that a sampled model produces only by chance is

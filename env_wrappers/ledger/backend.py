@@ -10,8 +10,8 @@ import json
 import re
 
 from env_wrappers.episode import ToolBackend, decode_json_call
-from seal_verl.schema import check as check_arguments
-from seal_verl.trace import PARSE_BAD_SYNTAX, CallRecord
+from seal_verl.core.schema import check as check_arguments
+from seal_verl.core.trace import PARSE_BAD_SYNTAX, CallRecord
 
 TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 MAX_CALL_CHARS = 2000

@@ -3,7 +3,10 @@
 Made for learning on CPU: a first prompt of a few hundred tokens (four small tools), two user turns, and
 failures Psi tells apart (bad JSON, wrong arguments, no call, an unrecovered error, a call where the agent
 should ask, a wrong state change). The verifier judges each turn from the ground-truth state at its start,
-so a mistake in turn 1 does not decide turn 2's label.
+so a mistake in turn 1 does not decide turn 2's label. A turn passes on its end state and the ground truth's
+results, as BFCL judges a turn: a malformed call answered with an error and followed by the right call in the same
+turn passes it (the error-recovery cue can help there); a failed turn keeps Psi's priority (a malformed call in it
+makes it ``invalid_tool_call``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Optional
 
 from env_wrappers.episode import TurnEpisode, verify_by_turn
 from env_wrappers.protocol import ABSTAIN_TEXT, CLOSING_TEXT, Environment, Verification
-from seal_verl.trace import Trace
+from seal_verl.core.trace import Trace
 
 from .backend import TOOL_CALL, TOOL_NAMES, Ledger, decode_block, openai_tools, render_call, schema_errors
 from .tasks import FAMILIES, LedgerTask, all_tasks
@@ -25,9 +28,12 @@ def _tasks() -> dict:
 
 
 class LedgerEpisode(TurnEpisode):
-    """One rollout: user turns in order; a message without a ``<tool_call>`` block ends the turn."""
+    """One rollout: user turns in order; a message without a ``<tool_call>`` block ends the turn. A call block that
+    does not decode gets an error result and the turn goes on (BFCL's judgement: a turn passes on its end state
+    and the ground truth's results, so a corrected call after a failed one counts)."""
 
     call_block, tool_names = TOOL_CALL, TOOL_NAMES
+    malformed_ends_turn = False
     decode_block, check_arguments = staticmethod(decode_block), staticmethod(schema_errors)
 
     def __init__(self, task, call_format: str = "json", max_steps_per_turn: int = 4):

@@ -1,7 +1,7 @@
 # Shared by run_seal.sh, run_grpo.sh and run_ablation.sh (sourced, not executed).
 #
 # Environment:
-#   BACKBONE   qwen2.5-7b (default) | qwen2.5-3b | toolace2-8b
+#   BACKBONE   qwen2.5-7b (default) | qwen2.5-3b | qwen3-4b | qwen3-8b | toolace2-8b
 #   DATA_DIR   the folder `seal-verl prepare-data --out` wrote (train.parquet, eval.parquet, call_format.txt), or
 #              its parent holding one folder per call format (json/, python/): the backbone's is picked.
 #              Default: <repo>/data/bfcl_v3, i.e. data/bfcl_v3/json for Qwen2.5, data/bfcl_v3/python for toolace2-8b
@@ -9,6 +9,8 @@
 #              settings (4 GPUs on one node)
 #   PYTHON     interpreter with verl[vllm]==0.9.1 and seal-verl installed (default: python)
 #   PRESET     default (the project's defaults) | paper (the SEAL paper's settings; docs/paper_settings.md)
+#   MODE       colocate_async | separate_async: one of verl's asynchronous V1 trainers with SEAL on top
+#              (config/mode; docs/add_seal_to_verl.md, "Which trainer"); unset: verl's synchronous trainer
 # Extra command-line arguments are appended as Hydra overrides (e.g. trainer.total_epochs=3,
 # trainer.logger=[console,wandb], +ray_kwargs.ray_init.num_cpus=64).
 # Every check here runs before Python starts, so a wrong choice costs no model or vLLM load.
@@ -25,6 +27,7 @@ seal_launch() {
   local python="${PYTHON:-python}"
   local preset="${PRESET:-default}"
   local hardware="${HARDWARE:-}"
+  local mode="${MODE:-}"
   if [ ! -f "$RECIPE_DIR/config/backbone/$backbone.yaml" ]; then
     echo "unknown BACKBONE=$backbone; one of: $(_seal_choices backbone)" >&2
     exit 2
@@ -36,6 +39,14 @@ seal_launch() {
   if [ ! -f "$RECIPE_DIR/config/preset/$preset.yaml" ]; then
     echo "unknown PRESET=$preset; one of: $(_seal_choices preset)" >&2
     exit 2
+  fi
+  local mode_override=()
+  if [ -n "$mode" ]; then
+    if [ ! -f "$RECIPE_DIR/config/mode/$mode.yaml" ]; then
+      echo "unknown MODE=$mode; one of: $(_seal_choices mode)" >&2
+      exit 2
+    fi
+    mode_override=("mode=$mode")
   fi
   local hardware_override=()
   if [ -n "$hardware" ]; then
@@ -90,6 +101,7 @@ seal_launch() {
   exec $python -m verl.trainer.main_ppo \
     --config-path="$RECIPE_DIR/config" --config-name=bfcl_v3 \
     backbone="$backbone" variant="$variant" preset="$preset" ${hardware_override[@]+"${hardware_override[@]}"} \
+    ${mode_override[@]+"${mode_override[@]}"} \
     recipe.dir="$RECIPE_DIR" recipe.data_dir="$data_dir" \
     "$@"
 }

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from seal_verl.cue_effect import short_line
-from seal_verl.interface import SHORT_NAMES
+from seal_verl.core.cue_effect import short_line
+from seal_verl.core.interface import SHORT_NAMES
 
 _SHORT_LABELS = (("invalid_tool_call", "inv"), ("argument_mismatch", "arg"), ("state_mismatch", "state"),
                  ("recovery_failure", "recov"), ("missing_tool_call", "miss"), ("response_mismatch", "resp"),
@@ -38,24 +38,3 @@ def _effect(probe) -> str:
     if not isinstance(probe, dict) or not probe.get("effects"):
         return ""
     return " | " + short_line(probe["effects"])
-
-
-def quiet_libraries() -> None:
-    """Silence per-step chatter of the libraries (dataset progress bars, tokenizer length warnings); used by the
-    dry run and by the recipe tools that drive the same libraries."""
-    import logging
-
-    try:
-        import datasets
-
-        datasets.disable_progress_bars()
-        datasets.utils.logging.set_verbosity_error()
-    except Exception:  # noqa: BLE001 - cosmetic only
-        pass
-    try:
-        import transformers
-
-        transformers.utils.logging.set_verbosity_error()
-    except Exception:  # noqa: BLE001
-        pass
-    logging.getLogger("verl").setLevel(logging.WARNING)

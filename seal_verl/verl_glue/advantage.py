@@ -1,47 +1,38 @@
-"""The ``seal_grpo`` advantage estimator and the reward extras it is fed from.
+"""The ``seal_grpo`` advantage estimator, and SEAL's rule for checker errors in verl's GRPO.
 
 verl calls a registered estimator with token rewards, the response mask, the uid index and the algorithm
 config only, never with per-sample data. The trainer-side glue (the V1 trainer subclass in ``trainer.py``,
-or the legacy ``compute_advantage`` wrapper in ``legacy.py``) therefore reads the reward extras itself,
-computes the per-trajectory weights and activates a ``WeightPlan`` around verl's own advantage
-computation; the estimator then computes verl's GRPO outcome advantage (group-normalised) and multiplies it
-by the plan's weights (``seal_verl.weighting.apply_weights``).
+or the legacy ``compute_advantage`` wrapper in ``legacy.py``) therefore reads the reward extras itself
+(``seal_verl.core.extras.decode``), computes the per-trajectory weights and activates a ``WeightPlan`` around
+verl's own advantage computation; the estimator then computes verl's GRPO outcome advantage (group-normalised)
+and multiplies it by the plan's weights (``seal_verl.core.weighting.apply_weights``).
 
 Outside an active plan the estimator raises ``SealWiringError``: selecting ``seal_grpo`` without the part
 that supplies labels is an error at the first advantage computation, never a silent weight of 1.
 
 A rollout whose verification raised (a ``checker_error`` turn: the verifier failed, not the agent) is excluded
-from the update: it leaves its group's GRPO statistics (the group is normalised over the other members), its
-advantage is 0, and the trainer glue sets its response mask to 0 so that it adds nothing to the loss, the KL
-term or the token-mean denominator (``excluded_rows``).
+from the update under every estimator the SEAL trainer side runs (``seal_grpo`` and plain ``grpo``, so an
+ablation differs from SEAL only in its weights): it leaves its group's GRPO statistics (the group is normalised
+over the other members), its advantage is 0, and the trainer glue sets its response mask to 0 so that it adds
+nothing to the loss, the KL term or the token-mean denominator. verl's ``grpo`` estimator is a plain function
+its advantage step calls by module attribute, so the rule reaches it through a wrapper that acts only inside an
+active plan (:func:`install_grpo_exclusion`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import json
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 import numpy as np
 
-from seal_verl import taxonomy as tx
+from seal_verl.core import extras as X
 from seal_verl.verl_glue.config import SEAL_GRPO
 
-#: Reward-extra key carrying p_j(z) for each profile key.
-PROFILE_PREFIX = "seal_p_"
-PROFILE_FIELDS: tuple[str, ...] = tuple(PROFILE_PREFIX + k for k in tx.PROFILE_KEYS)
-LABELS_FIELD = "seal_labels"
-ABSTENTION_FIELD = "seal_abstention"
-CATEGORY_FIELD = "seal_category"
-SCORE_FIELD = "score"
-CHECKER_ERROR_FIELD = "seal_checker_error"
-#: Every reward extra the trainer side reads.
-REQUIRED_FIELDS: tuple[str, ...] = PROFILE_FIELDS + (LABELS_FIELD, ABSTENTION_FIELD, CATEGORY_FIELD, SCORE_FIELD)
 
-
-class SealWiringError(RuntimeError):
+class SealWiringError(X.ExtrasError):
     """SEAL's trainer side is not wired: estimator without labels, missing reward extras, misalignment."""
 
 
@@ -54,103 +45,21 @@ _HINT = (
 )
 
 
-# --------------------------------------------------------------------------------------------------------
-# reward extras -> profiles and records
-# --------------------------------------------------------------------------------------------------------
-
-
-def _scalar(value: Any) -> Any:
-    """Unwrap numpy scalars / 0-d arrays and 1-element containers that batching wraps values in."""
-    if isinstance(value, np.ndarray):
-        if value.ndim == 0 or value.size == 1:
-            return value.reshape(-1)[0].item() if value.dtype != object else value.reshape(-1)[0]
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
-def _json_list(value: Any, key: str, row: int) -> list:
-    value = _scalar(value)
-    if isinstance(value, (bytes, bytearray)):
-        value = value.decode()
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise SealWiringError(f"reward extra {key!r} of row {row} is not valid JSON: {value[:200]!r}") from e
-    if not isinstance(value, list):
-        raise SealWiringError(f"reward extra {key!r} of row {row} must be a JSON list, got {value!r}")
-    return value
-
-
 def check_extras_present(keys: Any, where: str) -> None:
-    """Raise ``SealWiringError`` listing the missing SEAL reward extras among ``keys``."""
-    present = set(keys)
-    missing = [k for k in REQUIRED_FIELDS if k not in present]
-    if missing:
-        shown = ", ".join(missing[:6]) + (f" (+{len(missing) - 6} more)" if len(missing) > 6 else "")
-        raise SealWiringError(f"SEAL reward extras missing from {where}: {shown}. {_HINT}")
+    """Raise ``SealWiringError`` listing the SEAL reward extras missing among ``keys``."""
+    absent = X.missing(keys)
+    if absent:
+        raise SealWiringError(f"{X.MissingExtras(absent, where)}. {_HINT}")
 
 
-def profile_from_extras(extras: dict, row: int = 0) -> dict[str, float]:
-    """p_j(z) from one sample's reward extras (``seal_p_<key>`` for every key of ``PROFILE_KEYS``)."""
-    out = {}
-    for key, fieldname in zip(tx.PROFILE_KEYS, PROFILE_FIELDS):
-        if fieldname not in extras:
-            check_extras_present(extras.keys(), f"the reward extras of row {row}")
-        try:
-            out[key] = float(_scalar(extras[fieldname]))
-        except (TypeError, ValueError):
-            raise SealWiringError(f"reward extra {fieldname!r} of row {row} is not a number: {extras[fieldname]!r}")
-    return out
-
-
-def record_from_extras(extras: dict, row: int = 0):
-    """The ``TrajectoryRecord`` (category, labels, abstention, reward=score) of one sample."""
-    from seal_verl.profile import TrajectoryRecord
-
-    check_extras_present(extras.keys(), f"the reward extras of row {row}")
-    labels = _json_list(extras[LABELS_FIELD], LABELS_FIELD, row)
-    abstention = [bool(x) for x in _json_list(extras[ABSTENTION_FIELD], ABSTENTION_FIELD, row)]
-    category = _scalar(extras[CATEGORY_FIELD])
+def grade_of(extras: Mapping[str, Any], row: int = 0) -> X.Grade:
+    """One rollout's reward extras, decoded (``extras.decode``); a broken contract is a ``SealWiringError``."""
     try:
-        reward = float(_scalar(extras[SCORE_FIELD]))
-    except (TypeError, ValueError):
-        raise SealWiringError(f"reward extra 'score' of row {row} is not a number: {extras[SCORE_FIELD]!r}")
-    try:
-        return TrajectoryRecord(category=str(category), labels=[str(x) for x in labels], abstention=abstention, reward=reward)
-    except ValueError as e:
-        raise SealWiringError(f"reward extras of row {row} do not form a valid trajectory record: {e}") from e
-
-
-def excluded_rows(rows: list) -> list[bool]:
-    """Per row: True when the rollout's verification raised (``seal_checker_error`` set, or a ``checker_error``
-    label): the verifier failed, so the rollout must not enter the update as a failure. ``None`` rows (padding)
-    are not excluded here (they carry no evidence and the trainer already treats them apart)."""
-    out = []
-    for i, r in enumerate(rows):
-        if r is None:
-            out.append(False)
-            continue
-        flag = r.get(CHECKER_ERROR_FIELD)
-        if flag is not None:
-            try:
-                out.append(float(_scalar(flag)) > 0)
-                continue
-            except (TypeError, ValueError):
-                raise SealWiringError(f"reward extra {CHECKER_ERROR_FIELD!r} of row {i} is not a number: {flag!r}")
-        out.append(tx.CHECKER_ERROR in _json_list(r.get(LABELS_FIELD, "[]"), LABELS_FIELD, i))
-    return out
-
-
-def rows_from_non_tensor_batch(non_tensor_batch: dict, n: int) -> list[dict]:
-    """Per-row dicts of the SEAL extras from a DataProto's ``non_tensor_batch`` (legacy trainer)."""
-    check_extras_present(non_tensor_batch.keys(), "the batch (DataProto.non_tensor_batch)")
-    rows = []
-    for i in range(n):
-        rows.append({k: non_tensor_batch[k][i] for k in REQUIRED_FIELDS})
-    return rows
+        return X.decode(extras, row)
+    except X.MissingExtras as exc:
+        raise SealWiringError(f"{exc}. {_HINT}") from None
+    except X.ExtrasError as exc:
+        raise SealWiringError(str(exc)) from exc
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -191,10 +100,11 @@ class WeightPlan:
     Attributes:
         uids, weights, apply_to: the GRPO group of each row, its weight w_j, and which advantages w scales.
         exclude: per row, True to keep it out of its group's statistics and the update (checker errors).
-        used: how many times the estimator consumed the plan.
+        used: how many times the ``seal_grpo`` estimator consumed the plan.
         rows: the rows' identities (see above), or None to check group ids only.
         grpo: after the estimator ran, the per-row GRPO advantage before weighting (one value per rollout:
             an outcome advantage is the same on every response token), for the run folder's checks.
+        grouped: how many GRPO group normalisations ran under the plan (``seal_grpo`` or verl's ``grpo``).
     """
 
     uids: np.ndarray
@@ -204,12 +114,13 @@ class WeightPlan:
     used: int = 0
     rows: Optional[list] = None
     grpo: Optional[list] = None
+    grouped: int = 0
 
     def check_alignment(self, index: Any, response_mask: Any = None) -> None:
         index = np.asarray(index, dtype=object)
         if len(index) != len(self.uids) or not np.array_equal(index, self.uids):
             raise SealWiringError(
-                f"seal_grpo received {len(index)} rows whose uids do not match the {len(self.uids)} rows the "
+                f"the GRPO advantage received {len(index)} rows whose uids do not match the {len(self.uids)} rows the "
                 "weights were computed for (row order changed between reading the extras and computing the "
                 "advantage)"
             )
@@ -219,7 +130,7 @@ class WeightPlan:
         moved = [i for i, (a, b) in enumerate(zip(got, self.rows)) if a != b]
         if moved:
             raise SealWiringError(
-                f"seal_grpo received {len(moved)} rows (e.g. row {moved[0]}) that are not the rollouts the weights "
+                f"the GRPO advantage received {len(moved)} rows (e.g. row {moved[0]}) that are not the rollouts the weights "
                 "were computed for, though their group ids match: the row order changed within a group between "
                 "reading the extras and computing the advantage"
             )
@@ -234,7 +145,7 @@ def active_plan() -> Optional[WeightPlan]:
 
 @contextlib.contextmanager
 def weight_plan(plan: WeightPlan) -> Iterator[WeightPlan]:
-    """Make ``plan`` the one ``seal_grpo`` uses inside the block."""
+    """Make ``plan`` the one ``seal_grpo`` (and verl's ``grpo``, for the exclusions) uses inside the block."""
     token = _ACTIVE_PLAN.set(plan)
     try:
         yield plan
@@ -254,6 +165,36 @@ def _cfg_get(config: Any, key: str, default: Any) -> Any:
     return getattr(config, key, default)
 
 
+def _grpo_excluding(original: Callable, plan: WeightPlan, token_level_rewards, response_mask, index, epsilon,
+                    norm_adv_by_std_in_grpo):
+    """verl's GRPO outcome advantage (``original``) on the rows of ``plan``, its excluded rows out of their groups:
+    each forms a group of its own, so it neither shifts nor scales its real group, and its advantage is 0."""
+    import torch
+
+    plan.check_alignment(index, response_mask)
+    exclude = None if plan.exclude is None else np.asarray(plan.exclude, dtype=bool)
+    group_index = np.asarray(index, dtype=object)
+    if exclude is not None and exclude.any():
+        group_index = np.array([f"__seal_excluded_row_{i}__" if ex else u
+                                for i, (u, ex) in enumerate(zip(group_index, exclude))], dtype=object)
+    advantages, returns = original(token_level_rewards=token_level_rewards, response_mask=response_mask,
+                                   index=group_index, epsilon=epsilon, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo)
+    if exclude is not None and exclude.any():
+        rows = torch.as_tensor(exclude, device=advantages.device).unsqueeze(-1)
+        advantages = advantages.masked_fill(rows, 0.0)
+        returns = returns.masked_fill(rows, 0.0)
+    plan.grouped += 1
+    return advantages, returns
+
+
+def _verl_grpo() -> Callable:
+    """verl's own GRPO outcome advantage (unwrapped, whether or not :func:`install_grpo_exclusion` ran)."""
+    from verl.trainer.ppo import core_algos
+
+    fn = core_algos.compute_grpo_outcome_advantage
+    return getattr(fn, "__seal_original__", fn)
+
+
 def seal_grpo_advantage(
     token_level_rewards,
     response_mask,
@@ -268,38 +209,41 @@ def seal_grpo_advantage(
     GRPO branch does. Returns ``(advantages, returns)`` like every verl estimator (both the weighted
     advantages, as GRPO returns its scores twice).
     """
-    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
-
-    from seal_verl.weighting import apply_weights
+    from seal_verl.core.weighting import apply_weights
 
     plan = _ACTIVE_PLAN.get()
     if plan is None:
         raise SealWiringError(f"seal_grpo was called without per-trajectory SEAL weights. {_HINT}")
     if index is None:
         raise SealWiringError("seal_grpo needs the uid index of the batch (non_tensor_batch['uid'])")
-    plan.check_alignment(index, response_mask)
     norm = bool(_cfg_get(config, "norm_adv_by_std_in_grpo", True))
-    exclude = None if plan.exclude is None else np.asarray(plan.exclude, dtype=bool)
-    group_index = np.asarray(index, dtype=object)
-    if exclude is not None and exclude.any():
-        # an excluded row forms a group of its own, so it neither shifts nor scales its real group
-        group_index = np.array([f"__seal_excluded_row_{i}__" if ex else u for i, (u, ex) in enumerate(zip(group_index, exclude))],
-                               dtype=object)
-    advantages, _ = compute_grpo_outcome_advantage(
-        token_level_rewards=token_level_rewards,
-        response_mask=response_mask,
-        index=group_index,
-        epsilon=epsilon,
-        norm_adv_by_std_in_grpo=norm,
-    )
-    if exclude is not None and exclude.any():
-        import torch
-
-        advantages = advantages.masked_fill(torch.as_tensor(exclude, device=advantages.device).unsqueeze(-1), 0.0)
+    advantages, _ = _grpo_excluding(_verl_grpo(), plan, token_level_rewards, response_mask, index, epsilon, norm)
     plan.grpo = per_row_advantage(advantages, response_mask)
     weighted = apply_weights(advantages, response_mask, plan.weights, plan.apply_to)
     plan.used += 1
     return weighted, weighted
+
+
+def _excluding_wrapper(original: Callable) -> Callable:
+    def compute_grpo_outcome_advantage(token_level_rewards, response_mask, index, epsilon: float = 1e-6,
+                                       norm_adv_by_std_in_grpo: bool = True, config: Any = None):
+        plan = _ACTIVE_PLAN.get()
+        if plan is None:
+            return original(token_level_rewards=token_level_rewards, response_mask=response_mask, index=index,
+                            epsilon=epsilon, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, config=config)
+        return _grpo_excluding(original, plan, token_level_rewards, response_mask, index, epsilon,
+                               norm_adv_by_std_in_grpo)
+
+    compute_grpo_outcome_advantage.__seal_original__ = original  # type: ignore[attr-defined]
+    return compute_grpo_outcome_advantage
+
+
+def install_grpo_exclusion() -> None:
+    """Give verl's ``grpo`` estimator the checker-error rule of ``seal_grpo`` inside an active plan (outside one
+    it is verl's function unchanged); idempotent. See the module docstring."""
+    from seal_verl.verl_glue.compat import wrap_grpo_outcome_advantage
+
+    wrap_grpo_outcome_advantage(_excluding_wrapper)
 
 
 def per_row_advantage(advantages, response_mask) -> list[float]:
@@ -311,31 +255,24 @@ def per_row_advantage(advantages, response_mask) -> list[float]:
     return out
 
 
-def token_range(advantages, response_mask) -> list[Optional[tuple[float, float]]]:
-    """Per row: (min, max) of the advantage over its response tokens, None for a row without any."""
-    out = []
-    for a, m in zip(advantages, response_mask):
-        sel = a[m.bool()]
-        out.append((float(sel.min()), float(sel.max())) if sel.numel() else None)
-    return out
-
-
 seal_grpo_advantage.__seal_estimator__ = True  # type: ignore[attr-defined]
 
 
 def register_estimator() -> None:
-    """Register ``seal_grpo`` with verl (idempotent, also across a re-executed plugin module)."""
+    """Register ``seal_grpo`` with verl and give verl's ``grpo`` the same checker-error rule (idempotent, also
+    across a re-executed plugin module)."""
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
+    install_grpo_exclusion()
     existing = ADV_ESTIMATOR_REGISTRY.get(SEAL_GRPO)
     if existing is not None and getattr(existing, "__seal_estimator__", False):
         return
     register_adv_est(SEAL_GRPO)(seal_grpo_advantage)
 
 
-def cue_metrics(rows) -> dict[str, float]:
-    """Cue tokens per rollout (``seal_cue_tokens`` of the reward extras; padding rows ``None`` skipped)."""
-    values = [float((r or {}).get("seal_cue_tokens", 0.0) or 0.0) for r in rows if r is not None]
+def cue_metrics(tokens) -> dict[str, float]:
+    """Cue tokens per rollout (the reward extras' count of each rollout; ``None`` for a padding row, skipped)."""
+    values = [float(t) for t in tokens if t is not None]
     if not values:
         return {}
     return {"seal/cue_tokens/mean": sum(values) / len(values), "seal/cue_tokens/max": max(values)}

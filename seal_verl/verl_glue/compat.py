@@ -21,7 +21,7 @@ CHECKED_VERL = "0.9.1"
 
 #: What each reach relies on, by function name (shown in the version error, kept next to the code). Every private
 #: name of verl (or OmegaConf) that the plugin reads, overrides or replaces is named in one of these lines, and so
-#: is every verl module attribute it replaces: ``tests/test_verl_reaches.py`` scans the installed source for them.
+#: is every verl module attribute it replaces: ``tests/verl/test_verl_reaches.py`` scans the installed source for them.
 REACHES: dict[str, str] = {
     "single_call_synthetic_assistant": "ContinuousTokenBuilder._synthetic_assistant_for_tools (private method)",
     "agent_loop_registry": "verl.experimental.agent_loop.agent_loop._agent_loop_registry (private dict)",
@@ -32,7 +32,9 @@ REACHES: dict[str, str] = {
                             "TransferQueue), _compute_metrics(batch, metrics, timing_raw, global_steps, epoch) "
                             "(called after step(), the batch still in TransferQueue), _validate() (samples "
                             "partition 'val' from the replay buffer and clears it), _save_checkpoint() and "
-                            "_load_checkpoint() (global_steps is set when it returns); the cue-effect probe "
+                            "_load_checkpoint() (global_steps is set when it returns); the KVBatchMeta step() "
+                            "returns is the one fit passes to _compute_metrics, so the closed step's record rides "
+                            "in its extra_info, as verl's own stages pass batch-level data; the cue-effect probe "
                             "(_seal_cue_probe) submits rows as _validate does (TransferQueue partition 'val', "
                             "agent_loop_manager.generate_sequences, replay_buffer.sample) and, without reward "
                             "workers, grades them with _compute_reward_colocate(batch) as _validate does",
@@ -43,15 +45,26 @@ REACHES: dict[str, str] = {
     "legacy_trainer_wrappers": "module-level replacement (legacy.py) of ray_trainer.compute_advantage (called once "
                                "per step by RayPPOTrainer.fit with the whole DataProto) and "
                                "ray_trainer.compute_data_metrics (called by fit with batch=..., its dict logged), "
-                               "and of the private methods RayPPOTrainer._load_checkpoint / "
-                               "RayPPOTrainer._save_checkpoint (self.global_steps set by the load)",
+                               "ray_trainer.extract_reward (imported by name from verl.trainer.ppo.reward, called "
+                               "by _validate once per validation batch after its reward, meta_info['validate'] "
+                               "set), and of the private methods RayPPOTrainer._load_checkpoint / "
+                               "RayPPOTrainer._save_checkpoint (self.global_steps set by the load) / "
+                               "RayPPOTrainer._validate, and verl.utils.tracking.Tracking.log (called by fit once "
+                               "per step with the step's whole metrics dict, step=self.global_steps)",
     "distinct_weight_sync_socket": "the colocated weight sync's ZMQ IPC path, 'ipc:///tmp/rl-colocate-zmq-<Ray job "
                                    "id>-replica-<r>-rank-<k>.sock', computed twice: ServerAdapter.__init__ sets "
                                    "self.zmq_handle (vllm_rollout.py, the sender, which removes a file already "
                                    "at the path and binds) and vLLMColocateWorkerExtension._get_zmq_handle() "
                                    "(utils.py, the receiver in vLLM's worker process, which connects)",
+    "plant_faults": "the planted fault skip_weight_sync (SEAL_FAULT, for showing that seal-verl check fails) wraps "
+                    "CheckpointEngineManager.update_weights (verl/checkpoint_engine/base.py), which the V1 trainer "
+                    "calls once at start-up and after every step to send the actor's weights to the rollout",
     "exclude_rows_from_update": "the actor update reads response_mask and advantages of the step's rows from "
                                 "TransferQueue (jagged tensors), as verl's own rollout correction rewrites them",
+    "wrap_grpo_outcome_advantage": "ray_trainer.compute_advantage calls core_algos.compute_grpo_outcome_advantage "
+                                   "by module attribute for adv_estimator=grpo (also under the V1 trainer, through "
+                                   "compute_advantage_for_multi_trajectories); replaced at module level, the "
+                                   "estimator registry keeps the original",
 }
 
 
@@ -180,6 +193,19 @@ def session_of_key(key: str) -> Optional[str]:
     return f"{parts[0]}_{parts[1]}"
 
 
+def wrap_grpo_outcome_advantage(make: Callable[[Callable], Callable]) -> None:
+    """Replace verl's ``core_algos.compute_grpo_outcome_advantage`` by ``make(original)`` once in this process.
+
+    ``ray_trainer.compute_advantage`` (the legacy trainer, and the V1 trainer through
+    ``compute_advantage_for_multi_trajectories``) calls it by module attribute for ``adv_estimator=grpo``, so the
+    wrapper is what plain GRPO runs; the estimator registry keeps the original.
+    """
+    require_checked_verl("wrap_grpo_outcome_advantage")
+    from verl.trainer.ppo import core_algos
+
+    _wrap_once(core_algos, "compute_grpo_outcome_advantage", make)
+
+
 def exclude_rows_from_update(batch: Any, excluded: Any) -> None:
     """Zero ``response_mask`` and ``advantages`` of the rows marked in ``excluded`` in TransferQueue, so that the
     actor update (policy loss, KL term, token-mean denominator) ignores them. verl's V1 trainer itself rewrites
@@ -306,3 +332,79 @@ def distinct_weight_sync_socket() -> None:
             patch(module)
         elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
             sys.meta_path.insert(0, _AfterImport(name, patch))
+
+
+# ------------------------------------------------------------------------------------------------ planted faults
+
+#: the environment variable that plants faults in a run (a comma-separated list of :data:`FAULTS` names)
+FAULT_ENV = "SEAL_FAULT"
+#: fault name -> what it does; each exists to show that a check fails when what it checks is broken
+FAULTS = {"skip_weight_sync": "every weight sync after the first (start-up) one is skipped: the rollout keeps "
+                              "sampling from the weights it started with while the actor trains"}
+_FAULT_MARK = "_seal_fault_planted"
+
+
+def parse_faults(raw: str) -> list[str]:
+    """The fault names of a ``SEAL_FAULT`` value, in :data:`FAULTS` order (the parser ``seal_verl.env_vars``
+    registers for it).
+
+    Raises:
+        ValueError: a name that is not a known fault (a typo must not leave a run unfaulted in silence).
+    """
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(FAULTS))
+    if unknown:
+        raise ValueError(f"unknown fault(s) {unknown}; known: {sorted(FAULTS)}")
+    return [n for n in FAULTS if n in names]
+
+
+def planted_faults(environ: Optional[dict] = None) -> list[str]:
+    """The faults ``SEAL_FAULT`` asks for, in :data:`FAULTS` order, read through the project's registry of
+    settings (``seal_verl.env_vars``: refused without ``SEAL_ALLOW_FAULTS=1``).
+
+    Raises:
+        ValueError: a name that is not a known fault, or a fault without that consent (one line naming it).
+    """
+    from seal_verl import env_vars
+
+    return env_vars.value(FAULT_ENV, environ) or []
+
+
+def plant_faults() -> list[str]:
+    """Plant the faults of ``SEAL_FAULT`` in this (the trainer's) process, announcing each on stdout and stderr;
+    returns their names (the trainer records them in every step's metrics and in the run's config.json)."""
+    names = planted_faults()
+    for name in names:
+        banner = f"[seal-verl] FAULT PLANTED ({FAULT_ENV}={name}): {FAULTS[name]}. This run is broken on purpose."
+        print(banner, flush=True)
+        print(banner, file=sys.stderr, flush=True)
+    if "skip_weight_sync" in names:
+        require_checked_verl("plant_faults")
+        from verl.checkpoint_engine.base import CheckpointEngineManager
+
+        original = CheckpointEngineManager.update_weights
+        if not getattr(original, _FAULT_MARK, False):
+            calls = {"n": 0}
+
+            @functools.wraps(original)
+            def update_weights(self, *args, **kwargs):
+                calls["n"] += 1
+                if calls["n"] == 1:
+                    return original(self, *args, **kwargs)
+                print(f"[seal-verl] FAULT skip_weight_sync: weight sync {calls['n']} skipped "
+                      f"(args {args} {kwargs})", flush=True)
+                try:
+                    import asyncio
+
+                    asyncio.get_running_loop()
+                except RuntimeError:
+                    return {}
+
+                async def skipped():
+                    return {}
+                return skipped()
+
+            setattr(update_weights, _FAULT_MARK, True)
+            CheckpointEngineManager.update_weights = update_weights
+    return names
+

@@ -1,6 +1,6 @@
 """The ``seal:`` section of a verl trainer config: checked as a structured config, and against verl's settings.
 
-The section's fields and their single defaults are the core's dataclasses (``seal_verl.settings.SealSettings``;
+The section's fields and their single defaults are the core's dataclasses (``seal_verl.core.settings.SealSettings``;
 the table is in docs/config.md). Here, as verl does with its own dataclass configs, OmegaConf merges the
 user's section onto ``OmegaConf.structured(SealSettings)``: unknown keys and values of the wrong type are
 refused there, and the core's ``validate()`` adds the range checks. Every failure is a one-line
@@ -16,17 +16,20 @@ import json
 import typing
 from typing import Any, Optional
 
-from seal_verl.options import parse_bool as _parse_bool
-from seal_verl.settings import SealSettings, StateActorConfig
+from seal_verl.core.options import parse_bool as _parse_bool
+from seal_verl.core.settings import SealSettings, StateActorConfig
 
 __all__ = ["SEAL_GRPO", "SEAL_TRAINER_MODES", "SealConfig", "SealConfigError", "StateActorConfig", "check_run_config",
-           "estimator_name", "parse_bool", "parse_seal_config", "to_plain"]
+           "estimator_name", "parse_bool", "parse_seal_config", "staleness_bound", "to_plain"]
 
 #: Name of the registered advantage estimator.
 SEAL_GRPO = "seal_grpo"
 
 #: Registered V1 trainer names (``trainer.v1.trainer_mode``) -> the verl mode they extend.
-SEAL_TRAINER_MODES: dict[str, str] = {"seal": "sync"}
+SEAL_TRAINER_MODES: dict[str, str] = {"seal": "sync", "seal_colocate_async": "colocate_async",
+                                      "seal_separate_async": "separate_async"}
+#: verl's modes whose rollouts may be trained in a later step than the one whose state they ran under
+ASYNC_MODES = ("colocate_async", "separate_async")
 
 #: The validated section; the glue's historical name for the core's settings class.
 SealConfig = SealSettings
@@ -260,6 +263,18 @@ def check_reward_options(config: Any) -> None:
         raise SealConfigError(str(exc)) from None
 
 
+def staleness_bound(config: Any) -> Optional[int]:
+    """How many training steps a rollout of this run may lag behind the step that trains it: 0 under a synchronous
+    trainer; under verl's asynchronous modes ``trainer.v1.sampler.max_off_policy_threshold`` (verl's replay buffer
+    keeps a prompt submitted at step p out of every step g with ``g - p + 1`` above it), None when that is null
+    (verl then bounds nothing)."""
+    mode = str(_get(config, "trainer.v1.trainer_mode", "sync"))
+    if not bool(_get(config, "trainer.use_v1", True)) or SEAL_TRAINER_MODES.get(mode, mode) not in ASYNC_MODES:
+        return 0
+    threshold = _get(config, "trainer.v1.sampler.max_off_policy_threshold", None)
+    return None if threshold is None else int(threshold)
+
+
 def check_run_config(config: Any) -> Optional[SealConfig]:
     """Validate the ``seal`` section together with the verl settings it depends on.
 
@@ -273,7 +288,10 @@ def check_run_config(config: Any) -> Optional[SealConfig]:
     - SEAL's reward function gets options it accepts (:func:`check_reward_options`), whatever the switches;
     - V1 trainer (``trainer.use_v1``, verl's default): any SEAL switch on requires a SEAL trainer mode
       (``trainer.v1.trainer_mode=seal``), the only place that feeds labels to the estimator and runs the
-      closed loop; a SEAL trainer mode with ``trainer.use_v1=false`` is ignored by verl, so it is an error.
+      closed loop; a SEAL trainer mode with ``trainer.use_v1=false`` is ignored by verl, so it is an error;
+    - an asynchronous SEAL mode needs a bound on staleness (``trainer.v1.sampler.max_off_policy_threshold`` not
+      null): each rollout is weighted with the rho of the state it ran under, and the driver keeps the states of
+      as many steps as a rollout may lag behind.
     """
     check_reward_options(config)
     seal_node = _get(config, "seal")
@@ -301,6 +319,13 @@ def check_run_config(config: Any) -> Optional[SealConfig]:
             raise SealConfigError(
                 f"SEAL switches {cfg.switches_dict()} need the SEAL trainer, but trainer.v1.trainer_mode={mode}: "
                 f"set trainer.v1.trainer_mode to one of {sorted(SEAL_TRAINER_MODES)}"
+            )
+        if is_seal_mode and staleness_bound(config) is None:
+            raise SealConfigError(
+                f"trainer.v1.trainer_mode={mode} with trainer.v1.sampler.max_off_policy_threshold=null: SEAL weights "
+                "each rollout with the rho of the closed-loop state it was generated under and keeps the states of "
+                "as many steps as a rollout may lag behind, so the lag needs a bound; set "
+                "trainer.v1.sampler.max_off_policy_threshold to a positive integer (verl's default is 8)"
             )
     elif is_seal_mode:
         raise SealConfigError(

@@ -1,35 +1,31 @@
-"""Driver-side SEAL bookkeeping shared by the V1 trainer subclass and the legacy-trainer wrappers.
+"""Driver-side SEAL bookkeeping shared by the V1 trainer subclass, the legacy-trainer wrappers and the dry run.
 
 One ``SealDriver`` lives in the trainer process. Per training step it
 
-1. turns the step's per-trajectory profiles into weights with the current rho (``weights``);
-2. collects the step's trajectory records (``add_records``);
-3. after the advantages: runs ``closed_loop_step``, returns the ``seal/...`` metrics and publishes the new
-   state to the rollout workers (``end_step``).
+1. turns the step's per-trajectory profiles into weights with the rho of the state each rollout was generated
+   under (``weights``; under the synchronous trainer that is the current rho);
+2. collects the step's rollouts after the update (``add_trained``: their records enter C_t once each);
+3. closes the step: runs ``closed_loop_step``, writes the state file, publishes the new state to the rollout
+   workers, and returns the ``seal/...`` metrics with the step's record (``close_step``), from which the run
+   folder's rows are built (``seal_verl.runs.rows``).
 
-It also writes the state next to verl's checkpoint (``<global_step_N>/seal_state.json``) and reads it back
-on resume. No verl import here: the trainer glue passes in what it needs.
-
-With ``seal.run_dir`` set it keeps a run folder (``seal_verl.run_folder``: the layout, its rows and the writer
-shared with ``seal-verl dry-run``). This module turns what the trainer has (reward extras, agent-loop fields,
-the states before and after the step) into those rows: :func:`trace_row`, :func:`val_row`, :func:`step_row`;
-the state file of each step is written here, in ``end_step``.
+It also writes the state next to verl's checkpoint (``<global_step_N>/seal_state.json``) and reads it back on
+resume. No verl import here: the trainer glue passes in what it needs.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import uuid
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
-from seal_verl import run_folder
 from seal_verl.atomic import FileContentError, atomic_write_text, read_json_object
-from seal_verl.run_folder import StepRow, TraceRow, ValRow
-from seal_verl.verl_glue.config import SealConfig
+from seal_verl.core.step_record import StepRecord, Trained
+from seal_verl.runs import folder as run_folder
 from seal_verl.verl_glue import state_actor
+from seal_verl.verl_glue.config import SealConfig
 
 logger = logging.getLogger(__name__)
 
@@ -69,165 +65,20 @@ def resume_folder(trainer_cfg: Any, global_steps: int) -> Optional[str]:
     return folder
 
 
-# ------------------------------------------------------------------------------------------------ run folder
-
-# The run folder's names, rows and writer live in ``seal_verl.run_folder``; the writer is named here too because
-# the step writer and the trainer glue reach it through the driver.
+#: the run folder's writer (``seal_verl.runs.folder``), named here for the trainer glue that reaches it through the
+#: driver
 RunFolder = run_folder.RunFolder
-_json_safe = run_folder.json_safe
+#: the least number of steps' rho the driver keeps for rollouts generated under them (an asynchronous trainer's);
+#: a run whose rollouts may lag further behind keeps more (``history_for``)
+RHO_HISTORY = 8
 
 
-def _json_value(value: Any) -> Any:
-    """A reward extra that may be a JSON string (labels, abstention) as a Python object."""
-    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
-        value = value.item()
-    if isinstance(value, (bytes, bytearray)):
-        value = value.decode()
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            return value
-    return value
-
-
-def _float(value: Any, default: Optional[float] = None) -> Optional[float]:
-    try:
-        out = float(value.item() if hasattr(value, "item") else value)
-    except (TypeError, ValueError):
-        return default
-    return out if math.isfinite(out) else default
-
-
-def _profile_keys(reward_extras: dict) -> Optional[list]:
-    """The turns' keys in the metrics' vocabulary (``correct_abstention`` for a pass on an abstention turn)."""
-    from seal_verl.profile import profile_keys
-
-    labels = _json_value(reward_extras.get("seal_labels"))
-    abst = _json_value(reward_extras.get("seal_abstention"))
-    if not isinstance(labels, list) or not isinstance(abst, list):
-        return None
-    try:
-        return profile_keys([str(x) for x in labels], [bool(x) for x in abst])
-    except ValueError:
-        return None
-
-
-def trace_row(*, step: int, global_step: int, key: str, uid: Any, reward_extras: dict, extra_fields: dict,
-              w: float, advantage: Optional[float], hint_in_text: Optional[bool],
-              tokens: Optional[dict] = None, grpo_advantage: Optional[float] = None,
-              advantage_range: Optional[tuple] = None, excluded: bool = False) -> TraceRow:
-    """One rollout of a training step, as ``traces_step_{k}.jsonl`` holds it (the dry run's keys, ``plan`` None,
-    plus ``global_step``, ``key``, ``category``, ``acc``, ``cue_count``, ``tokens``).
-
-    ``labels`` are Psi's labels (a correct abstention is ``pass``, as in ``seal-verl diagnose``); ``profile_keys``
-    are the same turns in the vocabulary of the metrics, the state and rho (``correct_abstention`` there).
-
-    Args:
-        reward_extras: the reward function's extras of the rollout (``seal_labels``, ``score``, ...).
-        extra_fields: the agent loop's extra fields (``seal_trace``, ``seal_cue_tokens``, ``seal_agent_loop``, ...).
-        w: the SEAL weight the advantage was multiplied by (1 without reweighting).
-        advantage: mean advantage over the rollout's response tokens (mask 1).
-        hint_in_text: whether the cue marker occurs in the rollout's decoded tokens (prompt or response).
-        grpo_advantage: verl's GRPO advantage of the rollout before the SEAL weight (group-normalised reward).
-        advantage_range: (min, max) of the advantage the update used over the rollout's response tokens
-            (``None`` when no token has mask 1, e.g. an excluded rollout).
-        excluded: the rollout was kept out of the update (its verification raised: a checker error).
-    """
-    trace = _json_value(extra_fields.get("seal_trace"))
-    meta = trace.get("meta", {}) if isinstance(trace, dict) else {}
-    return {
-        "step": int(step),
-        "global_step": int(global_step),
-        "key": str(key),
-        "uid": str(uid),
-        "task_id": str(extra_fields.get("task_id") or reward_extras.get("seal_task_id") or
-                        (trace.get("task_id") if isinstance(trace, dict) else "")),
-        "category": _json_value(reward_extras.get("seal_category")),
-        "agent_loop": extra_fields.get("seal_agent_loop"),
-        "plan": None,
-        "labels": _json_value(reward_extras.get("seal_labels")),
-        "abstention": _json_value(reward_extras.get("seal_abstention")),
-        "profile_keys": _profile_keys(reward_extras),
-        "reward": _float(reward_extras.get("score")),
-        "acc": _float(reward_extras.get("acc")),
-        "w": float(w),
-        "advantage": advantage,
-        "grpo_advantage": grpo_advantage,
-        "advantage_range": None if advantage_range is None else [float(advantage_range[0]), float(advantage_range[1])],
-        "excluded": bool(excluded),
-        "cue_tokens": int(_float(extra_fields.get("seal_cue_tokens"), 0.0)),
-        "cue_count": int(_float(extra_fields.get("seal_cue_count"), 0.0)),
-        "hint_in_text": hint_in_text,
-        "interface_active": list(meta.get("interface_active", [])) if isinstance(meta, dict) else [],
-        "tokens": tokens,
-        "trace": trace,
-    }
-
-
-def val_row(*, global_step: int, key: str, reward_extras: dict, extra_fields: dict, score: Optional[float],
-            hint_in_text: Optional[bool], tokens: Optional[dict] = None) -> ValRow:
-    """One validation rollout, as ``val_traces.jsonl`` holds it (the dry run's keys plus ``global_step``, ``key``,
-    ``acc``, ``labels``, ``tokens``)."""
-    trace = _json_value(extra_fields.get("seal_trace"))
-    return {
-        "global_step": int(global_step),
-        "key": str(key),
-        "task_id": str(extra_fields.get("task_id") or reward_extras.get("seal_task_id") or ""),
-        "agent_loop": extra_fields.get("seal_agent_loop"),
-        "score": score,
-        "acc": _float(reward_extras.get("acc")),
-        "labels": _json_value(reward_extras.get("seal_labels")),
-        "cue_tokens": int(_float(extra_fields.get("seal_cue_tokens"), 0.0)),
-        "hint_in_text": hint_in_text,
-        "tokens": tokens,
-        "trace": trace,
-    }
-
-
-def step_row(*, step: int, global_step: int, state_before: Any, state_after: Any, rows: list[dict],
-             seconds: Optional[float], metrics: dict, cue_effect: Optional[dict] = None) -> StepRow:
-    """One ``metrics.jsonl`` row: the dry run's keys (``mix`` None) plus ``global_step``; ``metrics`` holds every
-    scalar the trainer logged for the step (``seal/...``, verl's ``timing_s/...``, ``training/...``, ...).
-
-    Args:
-        cue_effect: the step's cue effect, cue kind (or ``"all"``) -> ``run_folder.CueEffect``; stored as given
-            (``None`` when the step did not measure it).
-    """
-    import statistics
-
-    hist = state_after.history[-1] if state_after.history else {}
-    ws = [float(r["w"]) for r in rows]
-    cues = [int(r.get("cue_tokens") or 0) for r in rows]
-    tasks: list[str] = []
-    for r in rows:
-        if r.get("task_id") not in tasks:
-            tasks.append(r.get("task_id"))
-    return {
-        "step": int(step),
-        "global_step": int(global_step),
-        "n_rollouts": len(rows),
-        "tasks": tasks,
-        "mix": None,
-        "active_during": sorted(k for k, on in state_before.interface.active.items() if on),
-        "active_next": hist.get("active", sorted(k for k, on in state_after.interface.active.items() if on)),
-        "prevalence": hist.get("prevalence"),
-        "prevalence_ema": hist.get("prevalence_ema"),
-        "rate": hist.get("rate"),
-        "rate_ema": hist.get("rate_ema"),
-        "rho": hist.get("rho", dict(state_after.rho)),
-        "rho_used": dict(state_before.rho),
-        "success_rate": hist.get("success_rate"),
-        "w_mean": statistics.fmean(ws) if ws else None,
-        "w_std": statistics.pstdev(ws) if ws else None,
-        "w_min": min(ws) if ws else None,
-        "w_max": max(ws) if ws else None,
-        "cue_tokens_mean": statistics.fmean(cues) if cues else 0.0,
-        "cue_tokens_max": max(cues) if cues else 0,
-        "seconds": None if seconds is None else round(float(seconds), 3),
-        "metrics": {k: v for k, v in _json_safe(dict(metrics)).items() if isinstance(v, (int, float)) or v is None},
-        "cue_effect": None if cue_effect is None else _json_safe(dict(cue_effect)),
-    }
+def history_for(staleness: Optional[int]) -> int:
+    """How many steps' rho a run keeps when its rollouts lag at most ``staleness`` steps behind the step that trains
+    them (``config.staleness_bound``). A prompt submitted at step p reads the state published after step p - 1 or a
+    later one, and verl trains it by step p + staleness - 1 (one step more where a batch of prompts at the bound
+    waits for its slot): the current state and ``staleness`` before it."""
+    return max(RHO_HISTORY, int(staleness or 0) + 1)
 
 
 class SealDriver:
@@ -237,18 +88,26 @@ class SealDriver:
         cfg: the validated ``seal`` section.
         actor: ``(name, namespace, detached)`` of the state actor to publish to, or ``None`` to publish
             nowhere (unit tests; a run without rollout-side readers).
+        history: how many steps' rho to keep for rollouts generated under them (``history_for``; at least
+            :data:`RHO_HISTORY`).
     """
 
-    def __init__(self, cfg: SealConfig, actor: Optional[tuple[str, Optional[str], bool]] = None):
-        from seal_verl.loop import ClosedLoopState
+    def __init__(self, cfg: SealConfig, actor: Optional[tuple[str, Optional[str], bool]] = None,
+                 history: int = RHO_HISTORY):
+        from seal_verl.core.loop import ClosedLoopState
 
         self.cfg = cfg
         self.actor = actor
+        self.history = max(RHO_HISTORY, int(history))
         self.run_id = uuid.uuid4().hex
         self.state = ClosedLoopState.initial(cfg.switches, cfg.interface, cfg.weighting)
         #: number of training steps the state reflects (verl's ``global_steps`` after the step's update)
         self.global_step = 0
         self._records: list = []
+        self._trained: list[Trained] = []
+        self._keys: set[str] = set()
+        #: global step -> the rho of the state published after it (the current one included)
+        self._rho_by_step: dict[int, dict] = {0: dict(self.state.rho)}
         self.published_version: Optional[int] = None
         placement = getattr(getattr(cfg, "state_actor", None), "resources", None)
         self._publisher = state_actor.StatePublisher(*actor, resources=placement) if actor is not None else None
@@ -264,37 +123,87 @@ class SealDriver:
     def reweighting(self) -> bool:
         return bool(self.cfg.switches.reweighting)
 
-    def weights(self, profiles: list[dict], step0: int):
-        """Per-trajectory weights (float32 tensor) with the current rho_t; ones without reweighting.
+    def rho_for(self, state_step: Optional[int]) -> dict:
+        """The rho of the state published after global step ``state_step`` (None: the current one).
+
+        Raises:
+            SealWiringError: a rollout of a state older than the driver keeps (``history`` steps).
+        """
+        if state_step is None or int(state_step) == self.global_step:
+            return self.state.rho
+        rho = self._rho_by_step.get(int(state_step))
+        if rho is None:
+            from seal_verl.verl_glue.advantage import SealWiringError
+
+            raise SealWiringError(f"a rollout was generated under the closed-loop state of step {state_step}; the "
+                                  f"driver keeps the states of steps {sorted(self._rho_by_step)}")
+        return rho
+
+    def weights(self, profiles: list[dict], step0: int, state_steps: Optional[Sequence[Optional[int]]] = None):
+        """Per-trajectory weights (float32 tensor), each with the rho of the state its rollout was generated under;
+        ones without reweighting.
 
         Args:
             profiles: p_j(z) per row, in batch order.
             step0: 0-based index of the current training step (for ``warmup_steps``).
+            state_steps: per row, the global step of the state it ran under (None, or omitted: the current).
         """
         import torch
 
-        from seal_verl.weighting import weights_for_batch
+        from seal_verl.core.weighting import weights_for_batch
 
         if not self.reweighting:
             return torch.ones(len(profiles), dtype=torch.float32)
-        return weights_for_batch(profiles, self.state.rho, self.cfg.weighting, int(step0))
+        steps = list(state_steps) if state_steps is not None else [None] * len(profiles)
+        out = torch.ones(len(profiles), dtype=torch.float32)
+        for version in dict.fromkeys(steps):
+            rows = [i for i, v in enumerate(steps) if v == version]
+            out[rows] = weights_for_batch([profiles[i] for i in rows], self.rho_for(version), self.cfg.weighting,
+                                          int(step0))
+        return out
 
     def in_warmup(self, step0: int) -> bool:
         return int(step0) < int(self.cfg.weighting.warmup_steps)
 
     def add_records(self, records: list) -> None:
+        """Trajectory records for this step's C_t."""
         self._records.extend(records)
+
+    def add_trained(self, trained: Sequence[Trained]) -> None:
+        """Rollouts of this step after the update (one advantage computation's): their records enter C_t, each
+        once, and they become part of the step's record.
+
+        Raises:
+            SealWiringError: a rollout (by key) was added to this step before.
+        """
+        again = [t.rollout.key for t in trained if t.rollout.key in self._keys]
+        if again:
+            from seal_verl.verl_glue.advantage import SealWiringError
+
+            raise SealWiringError(f"{len(again)} rollouts (e.g. {again[0]!r}) reached the closed loop twice in one step")
+        self._keys.update(t.rollout.key for t in trained)
+        self._trained.extend(trained)
+        self.add_records([t.rollout.grade.record for t in trained])
+
+    def close_step(self, global_step: int) -> tuple[dict[str, float], StepRecord]:
+        """:meth:`end_step`, and the step's record: its rollouts with their updates, the states around it."""
+        trained = tuple(self._trained)
+        out = self.end_step(global_step)
+        return out, StepRecord(step=int(global_step), trained=trained, state_before=self.state_before,
+                               state_after=self.state)
 
     def end_step(self, global_step: int) -> dict[str, float]:
         """Close the step: closed-loop update with the collected records, metrics, state file, publish."""
-        from seal_verl.loop import closed_loop_step, metrics
+        from seal_verl.core.loop import closed_loop_step, metrics
 
         records, self._records = self._records, []
+        self._trained, self._keys = [], set()
         self.state_before = self.state
         self.state, step_profile = closed_loop_step(
             self.state, records, self.cfg.switches, self.cfg.interface, self.cfg.weighting
         )
         self.global_step = int(global_step)
+        self._remember_rho()
         out = metrics(self.state, step_profile)
         if self.cfg.state_dir:
             _atomic_write_json(os.path.join(self.cfg.state_dir, f"step_{self.global_step}.json"), self.envelope())
@@ -302,6 +211,11 @@ class SealDriver:
             self.run_folder.write_state(self.global_step, self.state)
         self.publish()
         return out
+
+    def _remember_rho(self) -> None:
+        self._rho_by_step[self.global_step] = dict(self.state.rho)
+        for old in sorted(self._rho_by_step)[:-self.history]:
+            del self._rho_by_step[old]
 
     # ---------------------------------------------------------------- sharing and persistence
 
@@ -335,9 +249,13 @@ class SealDriver:
         return self.published_version
 
     def save_to(self, folder: str) -> str:
-        """Write ``<folder>/seal_state.json`` atomically; returns the path."""
+        """Write ``<folder>/seal_state.json`` atomically; returns the path. Beside the state it keeps the rho of the
+        earlier steps the driver holds (``rho_history``): an asynchronous trainer restores rollouts generated under
+        them with verl's checkpoint and trains them after the resume."""
         path = os.path.join(folder, STATE_FILE)
-        _atomic_write_json(path, self.envelope())
+        env = self.envelope()
+        env["rho_history"] = {str(k): dict(v) for k, v in sorted(self._rho_by_step.items()) if k != self.global_step}
+        _atomic_write_json(path, env)
         return path
 
     def load_from(self, folder: str, expected_step: int) -> None:
@@ -346,7 +264,7 @@ class SealDriver:
         Raises:
             SealResumeError: no state file, or it belongs to another step than the checkpoint.
         """
-        from seal_verl.loop import ClosedLoopState
+        from seal_verl.core.loop import ClosedLoopState
 
         path = os.path.join(folder, STATE_FILE)
         if not os.path.exists(path):
@@ -379,3 +297,17 @@ class SealDriver:
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise SealResumeError(f"{path}: field 'state': {exc}") from None
         self.global_step = int(expected_step)
+        self._rho_by_step = {}
+        history = env.get("rho_history") or {}  # absent in a state saved before it was kept
+        if not isinstance(history, dict):
+            raise SealResumeError(f"{path}: field 'rho_history' is {_shown(history)}; expected step -> rho")
+        for key, rho in history.items():
+            try:
+                step = int(key)
+            except (TypeError, ValueError):
+                raise SealResumeError(f"{path}: field 'rho_history' has the step {_shown(key)}") from None
+            if not isinstance(rho, dict) or step >= self.global_step:
+                raise SealResumeError(f"{path}: field 'rho_history' step {step}: {_shown(rho)} (a rho of a step "
+                                      f"before {self.global_step} expected)")
+            self._rho_by_step[step] = {str(z): float(v) for z, v in rho.items()}
+        self._remember_rho()

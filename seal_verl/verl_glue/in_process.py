@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from seal_verl.verl_glue.step import StepResult, data_proto_rollouts, seal_step, zero_excluded_rows
+from seal_verl.verl_glue.rollout_cues import STATE_SOURCE_ATTR
+from seal_verl.verl_glue.step import StepResult, seal_step, zero_excluded_rows
 
 
 def compose_config(model_path: str, *, default_agent_loop: str, reward_path: str,
@@ -99,9 +100,32 @@ class InProcessRewardWorker:
         return await self.worker.compute_score(pickle.loads(pickle.dumps(data)))
 
 
-def make_worker(config, llm, reward: bool = True):
+class InProcessServer:
+    """The server client of an in-process agent-loop worker: the caller's LLM stand-in (every attribute read and
+    written is the LLM's), carrying the closed-loop state source its training loops read (``rollout_cues``)."""
+
+    def __init__(self, llm: Any, state_source: Any):
+        object.__setattr__(self, "_llm", llm)
+        object.__setattr__(self, STATE_SOURCE_ATTR, state_source)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._llm, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._llm, name, value)
+
+
+def make_worker(config, llm, reward: bool = True, state_source: Any = None):
     """verl's real ``AgentLoopWorker`` in this process, with ``llm`` as its server client. Call with the
-    event loop the rollouts will run on set as current (verl's loops capture it)."""
+    event loop the rollouts will run on set as current (verl's loops capture it).
+
+    Args:
+        reward: give the worker verl's reward loop (in-process) so rollouts come back scored.
+        state_source: the closed-loop state the training loops read, in place of the state actor: a
+            ``ClosedLoopState``, a payload dict (``{"state": ..., "global_step": ...}``), or a callable
+            ``(global_step or None) -> either`` (read at the start of every rollout); None: the state actor when
+            Ray runs, else the initial state of the config's ``seal`` section.
+    """
     import verl  # noqa: F401 - loads the seal plugin (registers the agent loops)
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 
@@ -111,8 +135,9 @@ def make_worker(config, llm, reward: bool = True):
     import io
 
     handles = [InProcessRewardWorker(config)] if reward else None
+    server = llm if state_source is None else InProcessServer(llm, state_source)
     with contextlib.redirect_stdout(io.StringIO()):  # verl prints the dataset class it picked
-        return AgentLoopWorker(config, llm, None, handles)
+        return AgentLoopWorker(config, server, None, handles)
 
 
 def token_output(ids: list, log_probs: Optional[list], global_steps: int):
@@ -127,20 +152,18 @@ def token_output(ids: list, log_probs: Optional[list], global_steps: int):
 def train_step(driver: Any, gen: Any, uids: Any, config: Any, tokenizer: Any, step: int) -> StepResult:
     """One SEAL step on an agent-loop output ``gen`` in the legacy trainer's layout (extras in
     ``non_tensor_batch``), through verl's own ``compute_advantage``; the step is closed as training step
-    ``step + 1`` and its rollouts are filled for the run folder."""
+    ``step + 1`` (its record in the result)."""
     from verl.trainer.ppo import ray_trainer
 
-    from seal_verl.verl_glue.advantage import rows_from_non_tensor_batch
+    from seal_verl.verl_glue.batch_read import data_proto_advantages, read_data_proto
 
     gen.batch["token_level_rewards"] = gen.batch["rm_scores"]
     gen.non_tensor_batch["uid"] = uids
-    extras = rows_from_non_tensor_batch(gen.non_tensor_batch, len(gen))
+    read = read_data_proto(gen, tokenizer)
 
     def advantage():
         return ray_trainer.compute_advantage(gen, adv_estimator=config.algorithm.adv_estimator,
                                              norm_adv_by_std_in_grpo=True, config=config.algorithm)
 
-    result = seal_step(driver, extras, uids, advantage, step0=step, adv_estimator=config.algorithm.adv_estimator,
-                       exclude=zero_excluded_rows, close_at=step + 1)
-    data_proto_rollouts(result.batch, result, tokenizer)
-    return result
+    return seal_step(driver, read, advantage, step0=step, adv_estimator=config.algorithm.adv_estimator,
+                     exclude=zero_excluded_rows, advantages=data_proto_advantages, close_at=step + 1)

@@ -16,8 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Optional
 
-from seal_verl import run_folder as RF
-
+from seal_verl.runs import folder as RF
 #: path -> the nodes (by address) on which that file is missing
 MissingOn = Callable[[str], list]
 

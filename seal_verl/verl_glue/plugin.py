@@ -8,7 +8,8 @@ worker, and swallows any exception raised there (logged at DEBUG only). Importin
 2. the advantage estimator ``seal_grpo`` (``verl.trainer.ppo.core_algos.register_adv_est``);
 3. the legacy-trainer wrappers (``legacy.install``), pass-throughs unless a run selects SEAL;
 4. the V1 trainer ``seal`` (``verl.trainer.ppo.v1.register_trainer``);
-5. the BFCL agent loops, if ``seal_verl.verl_glue.agent_loop`` exists (the hook below);
+5. the agent loops of :mod:`seal_verl.verl_glue.agent_loop` (``seal_env`` / ``env`` for any environment,
+   ``seal_bfcl`` / ``bfcl`` for BFCL), through its ``register_agent_loops``;
 6. a weight-sync socket named by the raylet as well (``compat.distinct_weight_sync_socket``), so two runs on
    one host never share it.
 

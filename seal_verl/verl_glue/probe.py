@@ -1,32 +1,40 @@
-"""The cue-effect probe's rollouts: rows to generate and records to summarise (``seal_verl.cue_effect``).
+"""The cue-effect probe, once for every path: plan, rows to generate, records and run-folder rows, verdict.
 
 A probe row is a training row of the dataset (the same task, prompt and agent loop) whose ``extra_info`` carries
-``seal_probe``: the condition's name, the cue kinds it runs with and the sampling parameters of the training
-rollouts. The training agent loop renders exactly those kinds (``agent_loop.probe_of``). The rows go through the
-validation partition, so they are generated with the current weights and never enter an update; verl samples
-validation rows greedily, which is why the probe row carries the training sampling parameters itself.
+the probe key (``seal_verl.core.extras.PROBE``): the condition's name, the cue kinds it runs with and the sampling
+parameters of the training rollouts. The training agent loop renders exactly those kinds (``loop_rows.probe_of``).
+The rows are generated with the current weights and never enter an update; verl samples validation rows
+greedily, which is why a probe row carries the training sampling parameters itself.
 
-The V1 trainer (``trainer.py``) and the dry run (``dry_run/run.py``) both build their rows here and read their
-results back here; only how the rows reach the agent-loop workers differs. No verl import.
+:func:`run_probe` is the probe; what differs between paths is only how rows reach the agent-loop workers, which
+the caller hands in as ``generate`` (the V1 trainer: the validation partition of TransferQueue, ``trainer.py``; the
+dry run: its in-process worker, ``dry_run/run.py``). :class:`CueEffectProbe` says when a probe is due, draws its
+tasks (rotating over the training set with the run's seed: ``cue_effect.pick_tasks``), and applies its verdict.
+No verl import.
 """
 
 from __future__ import annotations
 
 import copy
+import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
-from seal_verl import cue_effect as ce
+from seal_verl.core import cue_effect as ce
+from seal_verl.core import extras as X
 
-#: extra_info key of a probe row: the condition and the kinds it runs with (read by ``agent_loop.probe_of``)
-PROBE_KEY = "seal_probe"
 #: sampling parameters a probe row may set
 PROBE_SAMPLING = ("temperature", "top_p", "top_k")
 
 
 @dataclass
 class ProbePlan:
-    """One probe: the kinds on now, every condition, the distinct ones to generate, and the tasks."""
+    """One probe: the kinds on now, every condition, the distinct ones to generate, the tasks, how to sample.
+
+    Attributes:
+        uid_prefix: the generated rows' uids are ``<uid_prefix><n>``, numbered in generation order.
+        uids: uid of each generated row -> (condition, task id); filled by :func:`requests`.
+    """
 
     step: int
     active: list[str]
@@ -34,7 +42,8 @@ class ProbePlan:
     runs: dict[str, frozenset]
     tasks: list[str]
     samples: int
-    #: uid of each generated row -> (condition, task id); filled by :func:`rows`
+    sampling: dict = field(default_factory=dict)
+    uid_prefix: str = ""
     uids: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
@@ -42,13 +51,16 @@ class ProbePlan:
         return len(self.runs) * len(self.tasks) * self.samples
 
 
-def plan(cfg: ce.CueEffectConfig, step: int, active: Iterable[str], task_ids: Iterable[str]) -> ProbePlan:
-    """The probe of training step ``step`` under the kinds now ``active``, on tasks drawn from ``task_ids``."""
+def plan(cfg: ce.CueEffectConfig, step: int, active: Iterable[str], task_ids: Iterable[str], *, seed: int = 0,
+         probe_index: int = 0, sampling: Optional[dict] = None, uid_prefix: str = "") -> ProbePlan:
+    """The probe of training step ``step`` under the kinds now ``active``, on tasks drawn from ``task_ids`` for the
+    run's ``probe_index``-th probe with the run's ``seed``; rows sample with ``sampling`` (:func:`sampling`)."""
     on = sorted(active)
     conds = ce.conditions(on)
     runs = ce.distinct(conds)
-    tasks = ce.pick_tasks(list(task_ids), cfg, len(runs), seed=cfg.seed, probe_index=0)
-    return ProbePlan(step=step, active=on, conditions=conds, runs=runs, tasks=tasks, samples=cfg.samples)
+    tasks = ce.pick_tasks(list(task_ids), cfg, len(runs), seed=seed, probe_index=probe_index)
+    return ProbePlan(step=step, active=on, conditions=conds, runs=runs, tasks=tasks, samples=cfg.samples,
+                     sampling=dict(sampling or {}), uid_prefix=uid_prefix)
 
 
 def sampling(cfg: ce.CueEffectConfig, rollout_cfg: Any) -> dict:
@@ -61,21 +73,61 @@ def sampling(cfg: ce.CueEffectConfig, rollout_cfg: Any) -> dict:
     return {k: (float(v) if k != "top_k" else int(v)) for k, v in out.items() if v is not None}
 
 
-def rows(p: ProbePlan, base_rows: dict[str, dict], params: dict, uid_prefix: str) -> list[dict]:
-    """The rows to generate, one per (distinct condition, task), each with a fresh ``uid`` recorded in
-    ``p.uids``; ``base_rows`` maps each task id to its dataset row (left unchanged)."""
+@dataclass(frozen=True)
+class ProbeRequest:
+    """One row to generate: its uid, task, condition, the cue kinds that condition runs with, how to sample it and
+    how many rollouts of it to generate."""
+
+    uid: str
+    task_id: str
+    condition: str
+    kinds: tuple[str, ...]
+    sampling: dict
+    samples: int
+
+
+@dataclass(frozen=True)
+class ProbeOutput:
+    """One generated probe rollout, as a ``generate`` adapter returns it.
+
+    Attributes:
+        uid: the uid of the request it answers.
+        key: its name in the adapter's batch (kept in the run folder).
+        extras: its reward extras.
+        cue_tokens: the cue tokens the agent loop rendered (None: not in the batch).
+    """
+
+    uid: str
+    key: str
+    extras: Mapping[str, Any]
+    cue_tokens: Any = None
+
+
+#: ``generate(requests) -> outputs``: the probe's rows through the path's agent-loop workers, rollout order free
+Generate = Callable[[list[ProbeRequest]], list[ProbeOutput]]
+
+
+def requests(p: ProbePlan) -> list[ProbeRequest]:
+    """The rows to generate, one per (distinct condition, task), each with a fresh uid recorded in ``p.uids``."""
     out = []
     for name, kinds in p.runs.items():
         for task in p.tasks:
-            row = copy.copy(base_rows[task])
-            info = dict(row.get("extra_info") or {})
-            info[PROBE_KEY] = {"condition": name, "kinds": sorted(kinds), "sampling": dict(params)}
-            row["extra_info"] = info
-            uid = f"{uid_prefix}{len(out)}"  # the numbering in_process.load_batch gives rows too
-            row["uid"] = uid
+            uid = f"{p.uid_prefix}{len(out)}"  # the numbering in_process.load_batch gives rows too
             p.uids[uid] = (name, task)
-            out.append(row)
+            out.append(ProbeRequest(uid=uid, task_id=task, condition=name, kinds=tuple(sorted(kinds)),
+                                    sampling=dict(p.sampling), samples=p.samples))
     return out
+
+
+def stamp(base_row: dict, request: ProbeRequest) -> dict:
+    """The probe row of ``request`` from its task's dataset row (left unchanged): the probe key in its
+    ``extra_info`` and the request's ``uid``."""
+    row = copy.copy(base_row)
+    info = dict(row.get("extra_info") or {})
+    info[X.PROBE] = {"condition": request.condition, "kinds": list(request.kinds), "sampling": dict(request.sampling)}
+    row["extra_info"] = info
+    row["uid"] = request.uid
+    return row
 
 
 def uid_of_key(key: str) -> str:
@@ -84,31 +136,37 @@ def uid_of_key(key: str) -> str:
     return parts[0] if len(parts) == 3 else key
 
 
-def record(p: ProbePlan, uid: str, extras: dict) -> Optional[ce.ProbeRecord]:
-    """The record of one probe rollout from its row uid and its reward extras: the verdict (``acc``) and the
-    training reward (``score``, clipped to [0, 1]). None: not a probe row of this plan, no verdict, or a checker
-    error (the verifier failed, not the policy)."""
+def record(p: ProbePlan, uid: str, grade: Optional[X.Grade]) -> Optional[ce.ProbeRecord]:
+    """The record of one probe rollout from its row uid and its decoded reward extras: the verdict (``acc``) and
+    the training reward (``score``, clipped to [0, 1]). None: not a probe row of this plan, no usable extras or
+    verdict, or a checker error (the verifier failed, not the policy)."""
     where = p.uids.get(uid)
-    acc = extras.get("acc")
-    if where is None or acc is None or _truthy(extras.get("seal_checker_error")):
+    if where is None or grade is None or grade.acc is None or grade.checker_error:
         return None
-    try:
-        passed = float(acc) >= 1.0
-        score = extras.get("score")
-        reward = None if score is None else min(1.0, max(0.0, float(score)))
-    except (TypeError, ValueError):
-        return None
-    if reward is not None and reward != reward:  # NaN: no usable reward
+    reward: Optional[float] = min(1.0, max(0.0, float(grade.score)))
+    if reward != reward:  # NaN: no usable reward
         reward = None
-    return ce.ProbeRecord(condition=where[0], task_id=where[1], passed=passed, reward=reward)
+    return ce.ProbeRecord(condition=where[0], task_id=where[1], passed=float(grade.acc) >= 1.0, reward=reward)
 
 
-def _truthy(value: Any) -> bool:
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes")
-    return bool(value)
+def run_probe(p: ProbePlan, generate: Generate) -> tuple[list[ce.ProbeRecord], list[dict]]:
+    """Generate the probe's rows through ``generate`` and read them back: the records its numbers come from and
+    the rows the run folder keeps of it (``probe_step_{k}.jsonl``)."""
+    from seal_verl.runs.rows import probe_row
+
+    records, rows = [], []
+    for out in generate(requests(p)):
+        try:
+            grade: Optional[X.Grade] = X.decode(out.extras)
+        except X.ExtrasError:
+            grade = None
+        rec = record(p, out.uid, grade)
+        if rec is None:
+            continue
+        records.append(rec)
+        rows.append(probe_row(p.step, out.key, rec.condition, list(p.runs.get(rec.condition, ())), rec.task_id,
+                              rec.passed, rec.reward, grade, out.cue_tokens))
+    return records, rows
 
 
 def summary(p: ProbePlan, records: list[ce.ProbeRecord], confidence: float) -> dict:
@@ -123,6 +181,15 @@ def summary(p: ProbePlan, records: list[ce.ProbeRecord], confidence: float) -> d
         "confidence": confidence,
         "effects": {k: e.to_dict() for k, e in found.items()},
     }
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """A finished probe: its ``seal/cue_effect/...`` metrics, its run-folder rows, and the kinds it retired."""
+
+    metrics: dict
+    rows: list
+    retired: list
 
 
 class CueEffectProbe:
@@ -149,22 +216,45 @@ class CueEffectProbe:
 
     def due(self, step: int, state: Any) -> bool:
         """Whether training step ``step`` runs a probe under the closed-loop ``state``."""
-        from seal_verl.interface import active_kinds
+        from seal_verl.core.interface import active_kinds
 
         return self.runs and ce.due(self.cfg, step, self.last_step, active_kinds(state.interface))
 
-    def plan_for(self, step: int, state: Any, task_ids: Iterable[str]) -> Optional[ProbePlan]:
-        """The probe of training step ``step`` under the closed-loop ``state``, or None when none is due."""
-        from seal_verl.interface import active_kinds
+    def probe_index(self, step: int) -> int:
+        """Which probe of the run step ``step``'s is, for the task rotation: its slot ``(step - 1) // every``.
+        Probes are at least ``every`` steps apart, so successive probes get successive or later slots, and a
+        resumed run continues the rotation where it was."""
+        return (int(step) - 1) // max(1, self.cfg.every)
+
+    def plan_for(self, step: int, state: Any, task_ids: Iterable[str], *, seed: int = 0,
+                 sampling: Optional[dict] = None, uid_prefix: str = "") -> Optional[ProbePlan]:
+        """The probe of training step ``step`` under the closed-loop ``state`` (tasks drawn with the run's
+        ``seed``), or None when none is due."""
+        from seal_verl.core.interface import active_kinds
 
         if not self.due(step, state):
             return None
-        return plan(self.cfg, step, active_kinds(state.interface), task_ids)
+        return plan(self.cfg, step, active_kinds(state.interface), task_ids, seed=seed,
+                    probe_index=self.probe_index(step), sampling=sampling, uid_prefix=uid_prefix)
+
+    def measure(self, step: int, driver: Any, task_ids: Iterable[str], generate: Generate, *, seed: int,
+                sampling: dict, uid_prefix: str) -> Optional[ProbeResult]:
+        """The probe of training step ``step`` when one is due (None otherwise): planned, generated through
+        ``generate``, summarised, its verdict applied to ``driver.state`` (the caller publishes a retirement
+        before the step's own rollouts)."""
+        t0 = time.monotonic()
+        p = self.plan_for(step, driver.state, task_ids, seed=seed, sampling=sampling, uid_prefix=uid_prefix)
+        if p is None:
+            return None
+        records, rows = run_probe(p, generate)
+        found = self.finish(p, records, driver)
+        found["seal/cue_effect/seconds"] = time.monotonic() - t0
+        return ProbeResult(metrics=found, rows=rows, retired=list(self.pending["retired"]))
 
     def finish(self, p: ProbePlan, records: list[ce.ProbeRecord], driver: Any) -> dict[str, float]:
         """Summarise a probe, retire kinds if asked to (``driver.state`` changes, the caller publishes it), and
         return its ``seal/cue_effect/...`` metrics."""
-        from seal_verl.interface import retire
+        from seal_verl.core.interface import retire
 
         out = summary(p, records, self.cfg.confidence)
         found = {k: ce.Effect.from_dict(v) for k, v in out["effects"].items()}
@@ -175,7 +265,7 @@ class CueEffectProbe:
             below, gone = ce.retire_update(iface.effect_below, found, self.cfg.retire_after)
             new = retire(iface, gone, below)
             retired = sorted(new.retired - iface.retired)
-            driver.state = replace(driver.state, interface=new)  # a new object: state_before stays as it was
+            driver.state = replace(driver.state, interface=new)  # a new object: readers of the old one keep it
             for kind in new.retired:
                 m[f"seal/cue_effect/retired/{kind}"] = 1.0
         out["retired"] = retired
@@ -187,22 +277,3 @@ class CueEffectProbe:
         """The summary of the probe of the step being written (once), or None."""
         out, self.pending = self.pending, None
         return out
-
-
-def trace_row(rec: ce.ProbeRecord, key: str, p: ProbePlan, extras: dict, extra_fields: dict) -> dict:
-    """One probe rollout as the run folder keeps it (``probe_step_{k}.jsonl``): enough to recompute the
-    probe's numbers (condition, task, verdict) and to read what happened (labels, cue tokens)."""
-    labels = extras.get("seal_labels")
-    return {
-        "step": p.step,
-        "key": key,
-        "condition": rec.condition,
-        "kinds": sorted(p.runs.get(rec.condition, ())),
-        "task_id": rec.task_id,
-        "passed": rec.passed,
-        "reward": rec.reward,
-        "acc": extras.get("acc"),
-        "score": extras.get("score"),
-        "labels": labels,
-        "cue_tokens": extra_fields.get("seal_cue_tokens"),
-    }

@@ -182,14 +182,20 @@ class StateClient:
     ``get(step)`` / ``await aget(step)`` return the payload published most recently, fetched once per
     ``step`` (verl passes ``global_steps`` to every agent loop; all rollouts of a step see the same state).
     The returned dict is shared between callers of the same step: treat it as read-only.
+
+    A ``slot`` keeps a cache of its own. The cue-effect probe's rollouts read in theirs: they run at the start
+    of a step, before the probe's result may change the state (a retired cue kind), and the step's training
+    rollouts must then read the state as published after the probe, not the one the probe cached.
     """
+
+    #: the training rollouts' slot
+    ROLLOUTS = "rollouts"
 
     def __init__(self, name: str, namespace: Optional[str] = None):
         self.name = name
         self.namespace = namespace
         self._handle = None
-        self._cached_step: Optional[int] = None
-        self._cached: Optional[dict] = None
+        self._cached: dict[str, tuple[int, dict]] = {}
         self._lock: Optional[asyncio.Lock] = None
         self.fetches = 0  # remote reads so far (for tests and metrics)
 
@@ -198,7 +204,11 @@ class StateClient:
             self._handle = lookup_state_actor(self.name, self.namespace)
         return self._handle
 
-    def _store(self, step: int, payload: Optional[dict]) -> dict:
+    def _hit(self, step: int, slot: str) -> Optional[dict]:
+        cached = self._cached.get(slot)
+        return cached[1] if cached is not None and cached[0] == int(step) else None
+
+    def _store(self, step: int, payload: Optional[dict], slot: str) -> dict:
         if payload is None:
             raise SealStateError(
                 f"SEAL state actor {self.name!r} holds no state yet (the trainer publishes it at start-up)"
@@ -206,24 +216,27 @@ class StateClient:
         if payload.get("format") != PAYLOAD_FORMAT:
             raise SealStateError(f"unsupported SEAL state payload format {payload.get('format')!r}")
         self.fetches += 1
-        self._cached_step, self._cached = int(step), payload
+        self._cached[slot] = (int(step), payload)
         return payload
 
-    def get(self, step: int) -> dict:
-        if self._cached_step == int(step) and self._cached is not None:
-            return self._cached
-        return self._store(step, ray.get(self._actor().get.remote()))
+    def get(self, step: int, slot: str = ROLLOUTS) -> dict:
+        hit = self._hit(step, slot)
+        if hit is not None:
+            return hit
+        return self._store(step, ray.get(self._actor().get.remote()), slot)
 
-    async def aget(self, step: int) -> dict:
-        if self._cached_step == int(step) and self._cached is not None:
-            return self._cached
+    async def aget(self, step: int, slot: str = ROLLOUTS) -> dict:
+        hit = self._hit(step, slot)
+        if hit is not None:
+            return hit
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
-            if self._cached_step == int(step) and self._cached is not None:
-                return self._cached
+            hit = self._hit(step, slot)
+            if hit is not None:
+                return hit
             payload = await self._actor().get.remote()
-            return self._store(step, payload)
+            return self._store(step, payload, slot)
 
 
 _CLIENTS: dict[tuple[str, Optional[str]], StateClient] = {}

@@ -1,6 +1,6 @@
 """The tool-affordance cue names what the offered tools can do for the pending request and leaks no answer.
 
-``seal_verl.cues.affordance_cue`` reads the tool schemas and the user's request; it never sees the ground truth.
+``seal_verl.core.cues.affordance_cue`` reads the tool schemas and the user's request; it never sees the ground truth.
 What is checked here:
 
 - on every BFCL training task and every ledger task, at every user turn, the cue contains no ground-truth argument
@@ -20,8 +20,7 @@ import re
 
 import pytest
 
-from seal_verl import cues as cue_text
-
+from seal_verl.core import cues as cue_text
 AFFORDANCE_HEADER = "What the offered tools can do for this request:"
 
 
@@ -200,9 +199,8 @@ def test_the_wrappers_affordance_cues_do_not_depend_on_the_ground_truth(bfcl_tas
     import dataclasses
 
     from env_wrappers.bfcl.environment.env import BFCLEnv
-    from env_wrappers.observation import SealObservationWrapper
-    from seal_verl import interface as omega
-
+    from seal_verl.core.observation import SealObservationWrapper
+    from seal_verl.core import interface as omega
     state = omega.InterfaceState(active={"tool_affordance": True})
     cfg = omega.InterfaceConfig().validate()
     ids = sorted(bfcl_tasks)[:30]

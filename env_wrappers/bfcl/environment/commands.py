@@ -1,9 +1,9 @@
 """The environment's own subcommands of the ``seal-verl`` command line that prepare a run: ``prepare-data``
 (the SEAL split as verl parquet files) and ``preflight`` (the checks before a long GPU job).
 
-``seal_verl/cli.py`` defines their arguments and reaches them through
-:meth:`env_wrappers.protocol.Environment.commands`; they share only the argument checks of
-:mod:`seal_verl.usage` with it, never the command line's own modules.
+Each is a :class:`~env_wrappers.protocol.Command` of :data:`COMMANDS`: its arguments and what runs it. The command
+line reaches them through :meth:`env_wrappers.protocol.Environment.commands`; they share only the argument checks
+of :mod:`seal_verl.usage` with it, never the command line's own modules.
 """
 
 from __future__ import annotations
@@ -12,7 +12,21 @@ import argparse
 import os
 import sys
 
+from env_wrappers.protocol import Command
 from seal_verl.usage import UsageError, check_input_file, check_not_an_input, check_output_file
+
+
+def add_prepare_data_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, help="output folder for train.parquet and eval.parquet")
+    p.add_argument("--call-format", default="json", choices=["json", "python"],
+                   help="how the model writes tool calls: <tool_call> JSON blocks or a Python call list")
+    p.add_argument("--split-file", default=None,
+                   help='JSON {"train": [ids], "eval": [ids]}; default: the shipped SEAL 400/400 split')
+    p.add_argument("--force", action="store_true", help="replace train.parquet / eval.parquet if they exist")
+    p.add_argument("--model", default=None,
+                   help="with --max-prompt-length: the model whose tokenizer and chat template measure each first prompt")
+    p.add_argument("--max-prompt-length", type=int, default=None,
+                   help="leave out (with a warning) tasks whose first prompt is longer (data.max_prompt_length)")
 
 
 def prepare_data_command(args: argparse.Namespace) -> int:
@@ -58,7 +72,7 @@ def preflight_command(args: argparse.Namespace) -> int:
     from .preflight import format_check, recipe_max_prompt_length, run
 
     try:
-        from seal_verl.backbones import spec
+        from seal_verl.models.backbones import spec
 
         spec(args.backbone)
         limit = args.max_prompt_length or recipe_max_prompt_length(args.backbone)
@@ -67,3 +81,27 @@ def preflight_command(args: argparse.Namespace) -> int:
         return 2
     return run(args.backbone, args.model, args.data_dir, limit, args.attn, args.remove_padding, args.gpus,
                progress=not args.no_progress, emit=lambda c: print(format_check(c), flush=True))
+
+
+def add_preflight_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backbone", required=True,
+                   help="qwen2.5-3b | qwen2.5-7b | qwen3-4b | qwen3-8b | toolace2-8b (or qwen2.5 | qwen3 | toolace2)")
+    p.add_argument("--model", required=True, help="the model path the run uses (its tokenizer and chat template)")
+    p.add_argument("--data-dir", default=None, help="folder with train.parquet / eval.parquet from prepare-data")
+    p.add_argument("--max-prompt-length", type=int, default=None,
+                   help="data.max_prompt_length of the run (default: the recipe's for the backbone)")
+    p.add_argument("--attn", default="sdpa", help="attn_implementation of the run (recipe default: sdpa)")
+    p.add_argument("--remove-padding", action="store_true", help="the run sets use_remove_padding=true")
+    p.add_argument("--gpus", type=int, default=None, help="GPUs the run asks for (nnodes x n_gpus_per_node; "
+                   "default: the recipe's 4, and a warning when this node has more)")
+    p.add_argument("--no-progress", action="store_true")
+
+
+#: The subcommands of this room, in the order ``seal-verl --help`` lists them.
+COMMANDS = {
+    "prepare-data": Command(add_prepare_data_arguments, prepare_data_command,
+                            "write the BFCL train/eval split as verl parquet datasets"),
+    "preflight": Command(add_preflight_arguments, preflight_command,
+                         "check versions, GPUs, attention backend, tokenizer + chat template, prompt budget and "
+                         "data before a long GPU run"),
+}

@@ -23,10 +23,10 @@ import weakref
 from typing import Any, Callable
 
 from env_wrappers.protocol import StepResult, ToolResult  # noqa: F401 - re-exported for callers
-from seal_verl.trace import PARSE_OK, Attempt, CallRecord, Trace, TurnTrace
+from seal_verl.core.trace import PARSE_OK, Attempt, CallRecord, Trace, TurnTrace
 
-from . import calls as _calls
-from .backends import ERROR_PREFIX, Backends, method_names
+from ..tools import calls as _calls
+from ..tools.backends import ERROR_PREFIX, Backends, method_names
 from .schema import SchemaChecker, to_openai_tool
 from .tasks import BFCLTask
 

@@ -2,9 +2,10 @@
 
 Thin: tasks come from :mod:`.tasks`, episodes are :class:`.env.BFCLEnv`, prompts from :mod:`.prompts`, and the
 verdict with its per-turn checks from :func:`.judge.verify_trace` (BFCL's checker semantics on safe
-execution). Row consistency checks live here because only BFCL knows its categories and ground truth. Its
-subcommands of the command line come from :mod:`.commands` (preparing a run) and ``evaluation.commands``
-(result files, ``eval``).
+execution). Row consistency checks live here because only BFCL knows its categories and ground truth. Its own
+subcommands of the command line are this room's (:mod:`.commands`: preparing a run); the registry's ``bfcl``
+(:mod:`env_wrappers.bfcl.registered`) adds the evaluation's, which this room cannot import (the evaluation
+builds on it).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 from typing import Any, Optional
 
 from env_wrappers.protocol import Environment, Verification
-from seal_verl.trace import Trace
+from seal_verl.core.trace import Trace
 
 from . import prompts
 from .env import MAX_STEPS_PER_TURN, BFCLEnv
@@ -71,14 +72,11 @@ class BFCLEnvironment(Environment):
         return Verification(task_id=task.id, category=task.category, valid=valid, reward_valid=reward_valid,
                             checks=checks, error_type=error_type)
 
-
     def commands(self) -> dict:
-        from ..evaluation import commands as evaluation
-        from . import commands as preparation
+        """This room's subcommands: ``prepare-data`` and ``preflight``."""
+        from .commands import COMMANDS
 
-        return {"diagnose": evaluation.diagnose, "demo-results": evaluation.demo_results,
-                "prepare-data": preparation.prepare_data_command, "eval": evaluation.eval_command,
-                "bfcl-ids": evaluation.bfcl_ids_command, "preflight": preparation.preflight_command}
+        return dict(COMMANDS)
 
     # ---------------------------------------------------------------------------------------- data, scripting
     def dataset_rows(self, task_ids: list[str], split: str, call_format: str) -> list[dict]:

@@ -21,19 +21,26 @@ import functools
 from types import SimpleNamespace
 from typing import Optional
 
-#: backbone -> (bfcl-eval handler class path, model name, registry name, is_fc_model). ToolACE-2-8B's entry is
-#: read from bfcl-eval's model_config.py by :func:`handler_of_toolace` (a test checks it).
+#: backbone -> (bfcl-eval handler class path, model name, registry name, is_fc_model). The entries of ToolACE-2-8B
+#: and Qwen3-8B are read from bfcl-eval's model_config.py by :func:`registered_handler` (a test checks them).
 HANDLERS = {
     "qwen2.5": ("bfcl_eval.model_handler.local_inference.qwen_fc:QwenFCHandler", "Qwen/Qwen2.5-7B-Instruct",
                 "Qwen/Qwen2.5-7B-Instruct-FC", True),
+    "qwen3": ("bfcl_eval.model_handler.local_inference.qwen_fc:QwenFCHandler", "Qwen/Qwen3-8B",
+              "Qwen/Qwen3-8B-FC", True),
     "toolace2": ("bfcl_eval.model_handler.local_inference.llama:LlamaHandler", "Team-ACE/ToolACE-2-8B",
                  "Team-ACE/ToolACE-2-8B", False),
 }
 
 
 def handler_of_toolace() -> str:
-    """The handler class name bfcl-eval's model config maps ``Team-ACE/ToolACE-2-8B`` to (read from the source
-    text: importing model_config pulls every API vendor's SDK)."""
+    """The handler class name bfcl-eval's model config maps ``Team-ACE/ToolACE-2-8B`` to."""
+    return registered_handler("Team-ACE/ToolACE-2-8B")
+
+
+def registered_handler(registry_name: str) -> str:
+    """The handler class name bfcl-eval's model config maps ``registry_name`` to (read from the source text:
+    importing model_config pulls every API vendor's SDK)."""
     import ast
     import importlib.util
     import os
@@ -44,11 +51,11 @@ def handler_of_toolace() -> str:
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict):
             for k, v in zip(node.keys, node.values):
-                if isinstance(k, ast.Constant) and k.value == "Team-ACE/ToolACE-2-8B" and isinstance(v, ast.Call):
+                if isinstance(k, ast.Constant) and k.value == registry_name and isinstance(v, ast.Call):
                     for kw in v.keywords:
                         if kw.arg == "model_handler" and isinstance(kw.value, ast.Name):
                             return kw.value.id
-    raise LookupError(f"{path}: no model_handler entry for Team-ACE/ToolACE-2-8B")
+    raise LookupError(f"{path}: no model_handler entry for {registry_name}")
 
 
 @functools.lru_cache(maxsize=4)

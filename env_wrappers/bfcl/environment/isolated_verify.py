@@ -34,7 +34,7 @@ from ..sandbox import worker as sandbox_worker
 from ..sandbox.pool import pool as worker_pool
 from ..sandbox.worker import (PROGRESS_CALL, PROGRESS_POS, PROGRESS_SEQ, PROGRESS_SINCE, PROGRESS_TURN, Worker,
                               WorkerDied, WorkerTimeout)
-from .backends import ERROR_PREFIX
+from ..tools.backends import ERROR_PREFIX
 from .tasks import BFCLTask
 from .verifier import Judged, from_wire, judge_job, to_wire
 

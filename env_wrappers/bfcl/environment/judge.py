@@ -1,7 +1,7 @@
 """Verifier + Psi for BFCL: from a trace (live rollout or replayed result file) to verdict and labels.
 
 This is the one place that turns the BFCL verifier's evidence into Psi's environment-neutral
-:class:`~seal_verl.diagnosis.TurnCheck` objects, and that rebuilds traces from ``bfcl generate`` result
+:class:`~seal_verl.core.diagnosis.TurnCheck` objects, and that rebuilds traces from ``bfcl generate`` result
 entries by replaying them through :class:`~.env.BFCLEnv`.
 """
 
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seal_verl.diagnosis import Diagnosis, TurnCheck, diagnose
-from seal_verl.trace import Trace
+from seal_verl.core.diagnosis import Diagnosis, TurnCheck, diagnose
+from seal_verl.core.trace import Trace
 
-from .backends import ERROR_PREFIX, is_timeout_result
-from .calls import split_call
+from ..tools.backends import ERROR_PREFIX, is_timeout_result
+from ..tools.calls import split_call
 from .env import BFCLEnv
 from .isolated_verify import verify_isolated
 from .tasks import BFCLTask

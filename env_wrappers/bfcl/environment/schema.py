@@ -2,13 +2,13 @@
 
 BFCL docs use the dialect ``"type": "dict"``, ``"float"``, ``"tuple"`` and ``"any"`` and carry a ``response``
 field; chat templates need standard JSON Schema. The conversion and the check itself are the SEAL core's
-(:mod:`seal_verl.schema`), so the violations recorded here as evidence for Psi are the ones the interface's
+(:mod:`seal_verl.core.schema`), so the violations recorded here as evidence for Psi are the ones the interface's
 error cue names to the agent. The check never blocks a call.
 """
 
 from __future__ import annotations
 
-from seal_verl.schema import ParameterSchema, _describe, surely_valid, to_json_schema  # noqa: F401 (re-exported)
+from seal_verl.core.schema import ParameterSchema, _describe, surely_valid, to_json_schema  # noqa: F401 (re-exported)
 
 
 def to_openai_tool(doc: dict) -> dict:

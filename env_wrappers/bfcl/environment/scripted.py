@@ -15,7 +15,7 @@ from typing import Optional
 
 from env_wrappers.protocol import ABSTAIN_TEXT, CLOSING_TEXT
 
-from .calls import canonical_call, split_call
+from ..tools.calls import canonical_call, split_call
 from .perturb import perturb, render_step
 
 

@@ -24,7 +24,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from ..sandbox import faults
-from .backends import Backends, timeout_text
+from ..tools.backends import Backends, timeout_text
 from .tasks import BFCLTask
 
 EMPTY_TURN = "multi_turn:empty_turn_model_response"
@@ -119,7 +119,7 @@ class _GroundTruthPath:
             try:
                 results = [gt.execute(c)[0] for c in task.ground_truth[k]]
                 self.turns.append((results, copy.deepcopy(_public(gt))))
-            except Exception as exc:  # noqa: BLE001 - recorded per turn, as the inline path did
+            except Exception as exc:  # noqa: BLE001 - this turn and every later one fail with the reason
                 broken = f"{type(exc).__name__}: {exc}"[:500]
                 self.turns.append(broken)
 
@@ -326,7 +326,7 @@ class Judged:
         """Whether the judgement as a whole failed (no turn was judged)."""
         return bool(self.error)
 
-    def __iter__(self):  # ``official, verdict, outcomes = judged`` reads as before
+    def __iter__(self):  # so that ``official, verdict, outcomes = judged`` unpacks it
         return iter((self.official, self.verdict, self.outcomes))
 
 

@@ -43,6 +43,7 @@ class EvalConfig:
     backoff_s: float = 1.0
     max_steps_per_turn: int = MAX_STEPS_PER_TURN
     progress: bool = True
+    seed: int | None = None  # sent with every request (the server's sampling seed); None: the server's own
 
     def resolved_call_format(self) -> str:
         """The format steps are written and judged in: ``fc``, or the prompt-mode call format."""
@@ -79,6 +80,8 @@ class EvalConfig:
                                  ("max_steps_per_turn", self.max_steps_per_turn, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise EvalError(f"{name} must be an integer >= {low}, got {value!r}")
+        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0):
+            raise EvalError(f"a seed must be an integer >= 0, got {self.seed!r}")
         if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 1):
             raise EvalError(f"--max-tokens must be an integer >= 1, got {self.max_tokens!r}")
         if self.split not in SPLITS:

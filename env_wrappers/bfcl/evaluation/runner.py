@@ -58,18 +58,23 @@ CONFIG_FILE = "eval_config.json"
 
 # ---------------------------------------------------------------------------------------------- prompts
 
-def prompt_rendering(call_format: str):
+def prompt_rendering(call_format: str, backbone: str | None = None):
     """The prompt-mode rendering of the agent loops (``env_wrappers.bfcl.environment.prompts``), so that a
-    served model sees the same text as in verl's validation.
+    served model sees the same text as in verl's validation. ``backbone`` ``qwen3...``: Qwen3's template writes no
+    default system line in front of the tools (Qwen2.5's does).
 
     Returns ``(system_prompt(task) -> str, reveal(task, turn, msgs, revealed_tools) -> msgs)``.
     """
     from ..environment import prompts
 
+    qwen3 = (backbone or "").lower().startswith("qwen3")
+
     def system_prompt(task: BFCLTask) -> str:
         if call_format == "python":
             return prompts.prompt_mode_system_prompt(prompts.initial_docs(task))
         # BFCL's own docs, as the agent loop hands them to the chat template's tools= (not OpenAI tool objects)
+        if qwen3:
+            return qwen_tool_system_prompt(prompts.initial_docs(task), system=None)
         return qwen_tool_system_prompt(prompts.initial_docs(task))
 
     def reveal(task: BFCLTask, turn: int, msgs: list, revealed_tools: list) -> list:
@@ -78,11 +83,12 @@ def prompt_rendering(call_format: str):
     return system_prompt, reveal
 
 
-def qwen_tool_system_prompt(tools: list[dict], system: str = "You are Qwen, created by Alibaba Cloud. "
+def qwen_tool_system_prompt(tools: list[dict], system: str | None = "You are Qwen, created by Alibaba Cloud. "
                             "You are a helpful assistant.") -> str:
-    """The system turn Qwen2.5's chat template renders for ``tools`` (the text BFCL's Qwen handler quotes)."""
+    """The system turn Qwen2.5's chat template renders for ``tools`` (``system`` None: Qwen3's, which starts at the
+    tool block; the text BFCL's Qwen handler quotes)."""
     lines = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
-    return (system + "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    return ((system + "\n\n" if system is not None else "") + "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
             "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n" + lines +
             "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
             "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
@@ -129,7 +135,7 @@ def run_task(client: ChatClient, task: BFCLTask, cfg: EvalConfig, stop: threadin
     messages: list[dict] = [dict(m) for m in env.reset()]
     tools = task.tools(upto_turn=0) if fmt == "fc" else None
     if fmt != "fc":
-        system_prompt, reveal = rendering or prompt_rendering(fmt)
+        system_prompt, reveal = rendering or prompt_rendering(fmt, cfg.backbone)
         messages.insert(0, {"role": "system", "content": system_prompt(task)})
     result: list[list] = [[]]
     while True:
@@ -138,6 +144,8 @@ def run_task(client: ChatClient, task: BFCLTask, cfg: EvalConfig, stop: threadin
         payload: dict[str, Any] = {"model": cfg.model, "messages": messages, "temperature": cfg.temperature}
         if cfg.max_tokens:
             payload["max_tokens"] = cfg.max_tokens
+        if cfg.seed is not None:
+            payload["seed"] = cfg.seed
         if tools:
             payload["tools"] = tools
         answer = client.chat(payload)
@@ -224,7 +232,7 @@ def _start(cfg: EvalConfig, client: ChatClient | None) -> tuple:
         client = ChatClient(cfg.base_url, api_key=cfg.api_key, timeout_s=cfg.timeout_s, retries=cfg.retries,
                             backoff_s=cfg.backoff_s)
     _check_server(client, cfg.model)
-    rendering = prompt_rendering(fmt) if fmt != "fc" else None
+    rendering = prompt_rendering(fmt, cfg.backbone) if fmt != "fc" else None
     os.makedirs(cfg.out, exist_ok=True)
     _check_config(cfg, fmt)
     return fmt, tasks, client, rendering
@@ -260,7 +268,7 @@ def _check_config(cfg: EvalConfig, fmt: str) -> None:
                 old = json.load(f)
         except (OSError, ValueError) as exc:
             raise EvalError(f"{path}: unreadable ({exc}); remove it or choose another --out") from None
-        for key, new in (("model", cfg.model), ("call_format", fmt)):
+        for key, new in (("model", cfg.model), ("call_format", fmt), ("seed", cfg.seed)):
             if old.get(key) != new:
                 raise EvalError(f"{path}: field {key!r} is {old.get(key)!r} but this run uses {new!r}; "
                                 "choose another --out to compare settings")

@@ -42,7 +42,7 @@ class EvalSummary:
 
 def score(cfg: EvalConfig, tasks: list[BFCLTask], store: ResultStore, fmt: str) -> EvalSummary:
     """Judge every selected task's written result; write ``labels.jsonl`` and ``scores.json``."""
-    from seal_verl.report import summarise
+    from seal_verl.runs.labels import summarise
 
     from ..environment.judge import judge_result
 
@@ -69,7 +69,7 @@ def score(cfg: EvalConfig, tasks: list[BFCLTask], store: ResultStore, fmt: str) 
         "label_counts": {c: dict(s.label_counts) for c, s in stats.items()},
         "protocol": {
             "benchmark": "BFCL V3 multi-turn", "split": "ids" if cfg.ids else cfg.split, "model": cfg.model,
-            "mode": cfg.mode, "call_format": fmt, "temperature": cfg.temperature, "samples": 1,
+            "mode": cfg.mode, "call_format": fmt, "temperature": cfg.temperature, "samples": 1, "seed": cfg.seed,
             "max_steps_per_turn": cfg.max_steps_per_turn, "interface": "none (evaluation)",
             "semantics": "official BFCL (abstention turns unchecked)", "bfcl_eval_version": _bfcl_version(),
         },
@@ -87,6 +87,6 @@ def _bfcl_version() -> str | None:
 
 
 def format_scores(summary: EvalSummary) -> str:
-    from seal_verl.report import format_table, summarise
+    from seal_verl.runs.labels import format_table, summarise
 
     return format_table(summarise(summary.rows))

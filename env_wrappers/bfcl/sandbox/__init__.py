@@ -33,10 +33,10 @@ own. The parent only waits on a pipe (releasing the lock), so other threads neve
   allocator's free pages back to the system) and resets the process-wide arithmetic settings BFCL's backends
   change (mpmath's precision and the decimal context).
 - **clean workers only**: a released worker goes back to the pool only if it reset in time and its memory
-  is back near what it started with (at most ``pool.IDLE_WORKER_MAX_MB`` and a quarter of its cap above it,
+  is back near what it started with (at most ``limits.IDLE_WORKER_MAX_MB`` and a quarter of its cap above it,
   in address space and in private memory); otherwise it is stopped. The idle workers together may hold at
-  most ``pool.IDLE_POOL_BUDGET_MB`` above their start (the oldest are stopped first) and number at most
-  ``pool.MAX_IDLE_WORKERS``.
+  most ``limits.IDLE_POOL_BUDGET_MB`` above their start (the oldest are stopped first) and number at most
+  ``limits.MAX_IDLE_WORKERS``.
 
 A reply that cannot be read (it does not unpickle, has the wrong shape or was cut off) counts as the
 worker's end (:class:`.worker.WorkerDied`); a reply that does not come in time raises
@@ -48,8 +48,10 @@ costs a fork, not an interpreter start, and shares the process's hash seed (set 
 
 The modules, from the bottom up: :mod:`.faults` (fault injection points), :mod:`.memory` (what a process maps
 and holds, and the allocator's free pages), :mod:`.worker` (the worker process's loop and the parent's handle
-on one worker, with the typed ways a request fails), :mod:`.pool` (warm workers and their limits) and
-:mod:`.client` (:class:`~.client.IsolatedBackends`, one rollout's backends behind a worker). The sandbox runs
-BFCL's backend classes (``environment.backends``) and never imports the verifier or the judge: those import
-the sandbox.
+on one worker, with the typed ways a request fails), :mod:`.limits` (how many workers a process runs, what a
+kept worker may hold, the sandbox's settings), :mod:`.slots` (which rollouts may hold a worker now),
+:mod:`.resets` (the threads that reset released workers), :mod:`.judges` (the judgement workers), :mod:`.pool`
+(warm workers, leased and kept) and :mod:`.client` (:class:`~.client.IsolatedBackends`, one rollout's backends
+behind a worker). The sandbox runs BFCL's backend classes (``env_wrappers.bfcl.tools``) and imports nothing from
+the environment room: the environment's episode, verifier and judge import the sandbox.
 """

@@ -20,8 +20,10 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
-from ..environment.backends import ERROR_PREFIX, timeout_text
-from .pool import WorkerPool, env_int, pool
+from seal_verl import env_vars
+
+from ..tools.backends import ERROR_PREFIX, timeout_text
+from .pool import WorkerPool, pool
 from .worker import DEFAULT_MEMORY_LIMIT_MB, Worker, WorkerDied, WorkerTimeout
 
 #: A replay is sent in messages of at most this many calls (a fresh worker need not receive it all at once).
@@ -64,7 +66,7 @@ def _release(lease: _Lease) -> None:
 
 
 class IsolatedBackends:
-    """The backends of one rollout, in a worker process. The same results as ``environment.backends.Backends``
+    """The backends of one rollout, in a worker process. The same results as ``tools.backends.Backends``
     for every call that finishes in time; see the package docstring for what happens to one that does not.
 
     Args:
@@ -286,7 +288,7 @@ def tool_executor() -> ThreadPoolExecutor:
     global _EXECUTOR
     with _EXECUTOR_LOCK:
         if _EXECUTOR is None or _EXECUTOR[0] != os.getpid():
-            threads = env_int(ENV_TOOL_THREADS) or TOOL_THREADS
+            threads = env_vars.value(ENV_TOOL_THREADS) or TOOL_THREADS
             _EXECUTOR = (os.getpid(), ThreadPoolExecutor(threads, thread_name_prefix=TOOL_THREAD_NAME))
         return _EXECUTOR[1]
 

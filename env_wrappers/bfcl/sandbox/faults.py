@@ -33,8 +33,35 @@ from __future__ import annotations
 import os
 import signal
 
-#: The environment variable naming the faults to inject (see the module docstring).
+#: The environment variable naming the faults to inject (see the module docstring); registered in
+#: ``seal_verl.env_vars``, which refuses it outside the test suite and checks it with :func:`parse_spec`.
 ENV_VAR = "SEAL_BFCL_FAULTS"
+
+#: Every fault a worker knows: point -> the (kind, place) pairs it fires (place "" for ``judge_call``, whose
+#: action has no ``@place``).
+KNOWN = {
+    "judge_call": {("overrun", ""), ("exit", "")},
+    "judge": {("exit", "start"), ("exit", "ground_truth"), ("exit", "finish"), ("exit", "reply"),
+              ("garbage", "reply"), ("shape", "reply"), ("close", "reply"), ("memory", "build"), ("hold", "reset")},
+    "tool": {("memory", "build"), ("garbage", "reply"), ("shape", "reply"), ("exit", "reply"), ("hold", "reset")},
+}
+
+
+def parse_spec(spec: str) -> list[tuple[str, str, str, str]]:
+    """``(point, kind, place, selector)`` of every item of a fault spec; ``ValueError`` naming the first item
+    that is not a fault a worker knows (a misspelt fault would otherwise never fire, and nobody would know)."""
+    out = []
+    for item in spec.split(","):
+        item = item.strip()
+        point, eq, action = item.partition("=")
+        action, _, selector = action.partition("#")
+        kind, _, place = action.partition("@")
+        if not eq or (kind, place) not in KNOWN.get(point, ()):
+            known = "; ".join(f"{p}=" + "|".join(sorted(f"{k}@{w}" if w else k for k, w in pairs))
+                              for p, pairs in KNOWN.items())
+            raise ValueError(f"{item!r:.80} is not a fault a worker knows ({known}; each may end in #<selector>)")
+        out.append((point, kind, place, selector))
+    return out
 
 
 #: Set in a worker process only: a fault never fires in the process that runs the tests or training.

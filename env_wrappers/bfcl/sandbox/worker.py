@@ -13,10 +13,11 @@ closed, or its reply could not be read).
 from __future__ import annotations
 
 import gc
+import os
 import threading
 import time
 
-from ..environment.backends import Backends
+from ..tools.backends import Backends
 from . import faults
 from .memory import anon_bytes, footprint, free_heap, free_memory, keep_freed_memory, mapped_bytes
 
@@ -76,7 +77,11 @@ def _progress_writer(conn, board):
 
 
 
-def _worker_main(conn, memory_limit_mb: int | None, board=None) -> None:
+#: How often an idle worker looks whether its parent process is still there (seconds).
+PARENT_CHECK_S = 2.0
+
+
+def _worker_main(conn, memory_limit_mb: int | None, board=None, parent: int | None = None) -> None:
     """Serve one rollout's backends at a time (``load``, ``run``, ``state``, ``instances``, ``reset``), or
     one job at a time (``job``)."""
     if memory_limit_mb:
@@ -103,8 +108,15 @@ def _worker_main(conn, memory_limit_mb: int | None, board=None) -> None:
     start_anon = anon_bytes()
     backends = None
     tasks: dict = {}  # judgements: tasks received so far, by the parent's key (it sends each task once)
+    parent = os.getppid() if parent is None else parent  # given by the parent: it may be gone already
     while True:
         try:
+            # Workers forked later hold the parent's end of this pipe too, so a parent that died without
+            # stopping its workers (killed, or os._exit) gives no end of file: the worker looks up its parent
+            # while it waits, and ends when it has another one.
+            while not conn.poll(PARENT_CHECK_S):
+                if os.getppid() != parent:
+                    return
             msg = conn.recv()
         except (EOFError, OSError):
             return
@@ -206,7 +218,7 @@ class Worker:
         with _FORK_LOCK:
             self.conn, child = ctx.Pipe(duplex=True)
             self.board = ctx.RawArray("d", 5)  # progress of a judgement (see _progress_writer)
-            self.process = ctx.Process(target=_worker_main, args=(child, memory_limit_mb, self.board),
+            self.process = ctx.Process(target=_worker_main, args=(child, memory_limit_mb, self.board, os.getpid()),
                                        daemon=True, name=_WORKER_NAME)
             self.process.start()
             child.close()

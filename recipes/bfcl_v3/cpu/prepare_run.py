@@ -4,16 +4,16 @@
                                              [--split-file F] [--max-model-len N] [--max-prompt-length N]
 
 The model (cached in ``--models-dir``, default ``runs/cpu/models``, shared by every run so that SEAL and GRPO
-start from the same weights): ``tiny-random`` (``seal_verl.tiny_model.make_tiny_qwen``), its copy with room for
+start from the same weights): ``tiny-random`` (``seal_verl.models.tiny_model.make_tiny_qwen``), its copy with room for
 ``--max-model-len`` tokens and, unless
 ``--no-warm-start``, ``tiny-warm``: that model fine-tuned on the ground-truth trajectories of the split's training
-tasks until it is partly right (``seal_verl.warm_start.bfcl_cpu``; rebuilt only when its inputs change). ``--model`` uses a
-given folder instead. The data go to ``RUN_DIR/data`` (``seal-verl prepare-data --split-file``: ``train.parquet``
+tasks until it is partly right (``seal_verl.models.warm_start.bfcl_cpu``; rebuilt only when its inputs change). ``--model`` uses a
+given folder instead: verified first (``seal_verl.models.shipped.check_model``), and never written. The data go to ``RUN_DIR/data`` (``seal-verl prepare-data --split-file``: ``train.parquet``
 rows use the ``seal_bfcl`` loop, ``eval.parquet`` rows the ``bfcl`` loop) plus ``val_train_tasks.parquet``: the
 training tasks as evaluation rows (``bfcl`` loop, no cue), which the learning run validates on, since a model
 this small learns its training tasks, not BFCL. ``--max-prompt-length`` and ``--max-model-len`` default to the CPU
 run's own config (``data.max_prompt_length``, ``actor_rollout_ref.rollout.max_model_len`` of ``+cpu=tiny``, read by
-``seal_verl.warm_start.run_config``). Nothing is downloaded.
+``seal_verl.models.warm_start.run_config``). Nothing is downloaded.
 
 Two size adjustments, both outside the recipe's semantics:
 
@@ -21,7 +21,8 @@ Two size adjustments, both outside the recipe's semantics:
   about 4-7k tokens with the tiny tokenizer. vLLM refuses a ``max_model_len`` above the model's position limit,
   so the limit in ``config.json`` (and the tokenizer's ``model_max_length``) is raised to ``--max-model-len``:
   in a copy, ``tiny-random-ctx<N>``, which the warm start starts from (the ledger warm start starts from
-  ``tiny-random`` itself, and its cache must not see it change), or in place in a ``--model`` folder.
+  ``tiny-random`` itself, and its cache must not see it change), and for a ``--model`` folder whose limit is
+  lower, in a copy in the model cache (:func:`given_model`): a folder the user gives is never written.
   Qwen2 uses RoPE, which has no learned position table: the weights do not change;
 - every task of the split is rendered the way the agent loop renders it (chat template, the task's tools in the
   system turn, generation prompt) and its length is checked against ``--max-prompt-length`` here, so a task that
@@ -35,7 +36,7 @@ import json
 import os
 import sys
 
-from seal_verl.warm_start.bfcl_cpu import DEFAULT_SPLIT
+from seal_verl.models.warm_start.bfcl_cpu import DEFAULT_SPLIT
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
@@ -43,13 +44,33 @@ DEFAULT_MODELS = os.path.join(REPO, "runs", "cpu", "models")
 VAL_TRAIN_FILE = "val_train_tasks.parquet"
 
 
-def make_model(path: str, max_model_len: int) -> str:
-    """The tiny model at ``path`` (made there if absent) with its position limits raised to ``max_model_len``
-    in place."""
-    _ensure_tiny(path)
-    for name, data in _raised_limits(path, max_model_len).items():
-        _write_if_changed(os.path.join(path, name), data)
-    return os.path.abspath(path)
+def given_model(path: str, models_dir: str, max_model_len: int) -> str:
+    """The model folder a run gets for ``--model path``: ``path`` itself when its position limits reach
+    ``max_model_len``, else a copy with them raised, ``<models_dir>/given-<name>-<digest>-ctx<N>`` (the digest of
+    the folder's path keeps two given folders of one name apart). ``path`` is never written."""
+    import hashlib
+
+    raised = _raised_limits(path, max_model_len)
+    if not raised:
+        return os.path.abspath(path)
+    tag = hashlib.sha256(os.path.realpath(path).encode()).hexdigest()[:8]
+    out = os.path.join(models_dir, f"given-{os.path.basename(os.path.abspath(path))}-{tag}-ctx{max_model_len}")
+    _copy_with(path, out, raised)
+    return os.path.abspath(out)
+
+
+def _copy_with(src: str, out: str, replaced: dict[str, bytes]) -> None:
+    """Every file of ``src`` into ``out``, ``replaced`` ones with their new bytes (files already equal are left
+    alone, so a copy made before keeps its bytes and times)."""
+    for name in sorted(os.listdir(src)):
+        path = os.path.join(src, name)
+        if os.path.isfile(path) and not name.startswith("."):
+            if name in replaced:
+                data = replaced[name]
+            else:
+                with open(path, "rb") as f:
+                    data = f.read()
+            _write_if_changed(os.path.join(out, name), data)
 
 
 def long_context_base(models_dir: str, max_model_len: int) -> str:
@@ -61,22 +82,13 @@ def long_context_base(models_dir: str, max_model_len: int) -> str:
     so the copy (and the BFCL warm start's cache key) stays the same from run to run."""
     base = _ensure_tiny(os.path.join(models_dir, "tiny-random"))
     out = os.path.join(models_dir, f"tiny-random-ctx{max_model_len}")
-    raised = _raised_limits(base, max_model_len)
-    for name in sorted(os.listdir(base)):
-        src = os.path.join(base, name)
-        if os.path.isfile(src) and not name.startswith("."):
-            if name in raised:
-                data = raised[name]
-            else:
-                with open(src, "rb") as f:
-                    data = f.read()
-            _write_if_changed(os.path.join(out, name), data)
+    _copy_with(base, out, _raised_limits(base, max_model_len))
     return os.path.abspath(out)
 
 
 def _ensure_tiny(path: str) -> str:
     """``path``, with the tiny random model made there first if it holds none."""
-    from seal_verl.tiny_model import make_tiny_qwen
+    from seal_verl.models.tiny_model import make_tiny_qwen
 
     if not (os.path.exists(os.path.join(path, "config.json")) and os.path.exists(os.path.join(path, "tokenizer.json"))):
         make_tiny_qwen(path)
@@ -145,16 +157,33 @@ def main(argv: list[str] | None = None) -> int:
                    help="the position limit the model folder gets (default: the CPU run's rollout.max_model_len)")
     p.add_argument("--max-prompt-length", type=int, default=None,
                    help="the longest first prompt allowed (default: the CPU run's data.max_prompt_length)")
-    p.add_argument("--model", default=None, help="use this model folder as it is (no tiny model is made)")
+    p.add_argument("--model", default=None, help="use this model folder (verified; never written: a copy gets "
+                   "a raised position limit when it needs one)")
     p.add_argument("--models-dir", default=DEFAULT_MODELS,
                    help="cache of the tiny random and warm-started models (default: %(default)s)")
     p.add_argument("--no-warm-start", action="store_true", help="train the random tiny model (it never passes a task)")
     args = p.parse_args(argv)
+    from seal_verl import env_vars
+    from seal_verl.models.shipped import ShippedModelError, check_model
+    from seal_verl.runs import folder as RF
+
+    env_vars.check_or_exit("prepare-run")
+    checked = "made here"
+    try:
+        if args.model:
+            checked = check_model(args.model, "SEAL_CPU_MODEL")
+        os.makedirs(args.models_dir, exist_ok=True)
+    except ShippedModelError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: the model cache {args.models_dir} (SEAL_CPU_MODELS): {e.strerror or e}", file=sys.stderr)
+        return 2
 
     from env_wrappers.bfcl.environment.prepare_data import build_rows, format_summary, prepare_data, read_split_file
 
     if args.max_model_len is None or args.max_prompt_length is None:
-        from seal_verl.warm_start.run_config import run_settings
+        from seal_verl.models.warm_start.run_config import run_settings
 
         run = run_settings("bfcl_cpu")
         if args.max_model_len is None:
@@ -166,12 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(run_dir, exist_ok=True)
     split = read_split_file(args.split_file)
     if args.model:
-        model = make_model(args.model, args.max_model_len)
+        model = given_model(args.model, args.models_dir, args.max_model_len)
     else:
         model = long_context_base(args.models_dir, args.max_model_len)
         if not args.no_warm_start:
-            from seal_verl.warm_start.bfcl_cpu import warm_start
-            from seal_verl.warm_start.pipeline import WarmStartError
+            from seal_verl.models.warm_start.bfcl_cpu import warm_start
+            from seal_verl.models.warm_start.target import WarmStartError
 
             try:
                 model = os.path.abspath(warm_start(os.path.join(args.models_dir, "tiny-warm"), model,
@@ -192,11 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     print(format_summary(summary))
     print(f"wrote {os.path.join(run_dir, 'data', VAL_TRAIN_FILE)} (the {len(split['train'])} training tasks as "
           "evaluation rows: bfcl loop, no cue)")
-    print(f"model: {model}; first-prompt tokens: min {min(lengths.values())}, max {max(lengths.values())} "
-          f"(limit {args.max_prompt_length})")
-    with open(os.path.join(run_dir, "prepare.json"), "w") as f:
-        json.dump({"model": model, "split_file": os.path.abspath(args.split_file), "prompt_tokens": lengths,
-                   "max_prompt_length": args.max_prompt_length, "max_model_len": args.max_model_len}, f, indent=1)
+    print(f"model: {model} ({checked}); first-prompt tokens: min {min(lengths.values())}, max "
+          f"{max(lengths.values())} (limit {args.max_prompt_length})")
+    RF.write_prepare(run_dir, {"model": model, "model_check": checked, "split_file": os.path.abspath(args.split_file),
+                               "prompt_tokens": lengths, "max_prompt_length": args.max_prompt_length,
+                               "max_model_len": args.max_model_len})
     return 0
 
 

@@ -98,17 +98,19 @@ stop_cluster() {
     for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
     kill -KILL "$pid" 2>/dev/null || true
   done
+  # the nodes' logs go into the run folder once the run is over (during it the folder is the run's alone)
+  cp "$RAY_TMP"/ray_head.log "$RAY_TMP"/ray_node_b.log "$OUT"/ 2>/dev/null || true
   rm -rf "$RAY_TMP"
 }
 trap stop_cluster EXIT
 trap 'echo "[two-nodes] interrupted; stopping the cluster" >&2; exit 130' INT TERM
 
 COMMON=(--block --disable-usage-stats --temp-dir="$RAY_TMP")
-echo "[two-nodes] head node: $HEAD_CPUS CPUs, $HEAD_GPUS logical GPU, GCS at $RAY_ADDRESS, Ray logs in $OUT/ray_head.log"
+echo "[two-nodes] head node: $HEAD_CPUS CPUs, $HEAD_GPUS logical GPU, GCS at $RAY_ADDRESS, Ray logs in $OUT/ray_head.log once the run ends"
 "$VENV/bin/ray" start --head --port="$GCS_PORT" --ray-client-server-port="$CLIENT_PORT" \
   --dashboard-host=127.0.0.1 --dashboard-port="$DASH_PORT" --dashboard-agent-listen-port="$AGENT_A" \
   --num-cpus="$HEAD_CPUS" --num-gpus="$HEAD_GPUS" --resources='{"seal_node_a": 1}' --object-store-memory=1500000000 \
-  "${COMMON[@]}" > "$OUT/ray_head.log" 2>&1 &
+  "${COMMON[@]}" > "$RAY_TMP/ray_head.log" 2>&1 &
 HEAD_PID=$!
 
 wait_nodes() {  # wait until $1 nodes are alive (or a node stopped, or 5 minutes passed)
@@ -132,10 +134,10 @@ EOF
   die "the cluster did not reach $n nodes in 5 minutes; see $OUT/ray_head.log and $OUT/ray_node_b.log"
 }
 wait_nodes 1
-echo "[two-nodes] second node: $NODE_B_CPUS CPUs, $NODE_B_GPUS logical GPU, resource seal_node_b; Ray logs in $OUT/ray_node_b.log"
+echo "[two-nodes] second node: $NODE_B_CPUS CPUs, $NODE_B_GPUS logical GPU, resource seal_node_b; Ray logs in $OUT/ray_node_b.log once the run ends"
 "$VENV/bin/ray" start --address="$RAY_ADDRESS" --dashboard-agent-listen-port="$AGENT_B" \
   --num-cpus="$NODE_B_CPUS" --num-gpus="$NODE_B_GPUS" --resources='{"seal_node_b": 1}' --object-store-memory=500000000 \
-  "${COMMON[@]}" > "$OUT/ray_node_b.log" 2>&1 &
+  "${COMMON[@]}" > "$RAY_TMP/ray_node_b.log" 2>&1 &
 NODE_B_PID=$!
 wait_nodes 2
 echo "[two-nodes] cluster up: 2 nodes"

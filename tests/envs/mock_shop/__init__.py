@@ -16,8 +16,8 @@ from typing import Optional
 
 from env_wrappers.episode import ToolBackend, TurnEpisode, decode_json_call, verify_by_turn
 from env_wrappers.protocol import ABSTAIN_TEXT, CLOSING_TEXT, Environment, Verification
-from seal_verl.schema import check as check_arguments
-from seal_verl.trace import CallRecord, Trace
+from seal_verl.core.schema import check as check_arguments
+from seal_verl.core.trace import CallRecord, Trace
 
 DATA = json.loads((Path(__file__).parent / "tasks.json").read_text())
 TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)

