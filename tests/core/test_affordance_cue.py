@@ -96,7 +96,7 @@ def bfcl_tasks():
 
 
 def _bfcl_secrets(task) -> tuple[set, set]:
-    from env_wrappers.bfcl.environment.calls import canonical_call, split_call
+    from env_wrappers.bfcl.tools.calls import canonical_call, split_call
 
     values, calls = set(), set()
     for turn in task.ground_truth:

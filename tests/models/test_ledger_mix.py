@@ -73,8 +73,10 @@ def test_a_base_that_is_not_a_model_folder_is_one_line_not_a_traceback(stage, tm
 #: no cue and every kind the ledger run switches on) rendered with the tiny tokenizer: the rows the shipped ledger
 #: model was trained on. A change here changes every ledger warm start built after it (and its cache key); update it
 #: only on purpose. The rows name their cue state; the kind the shipped model knew as ``tool_affordance`` is now
-#: ``act_with_tools`` (the same sentence), so the digest is taken with the earlier name.
-MIXED_ROWS_SHA256 = "b729e9ac50d7cddf8769a44084946df4167083942c9402069ee461929a316fb2"
+#: ``act_with_tools`` (the same sentence), so the digest is taken with the earlier name. Last changed when the
+#: ledger began to answer a malformed call with an error result instead of ending the turn (the malformed-call rows
+#: now hold that result); the shipped model was trained on the rows before.
+MIXED_ROWS_SHA256 = "cb5e91553eda4c8be1d78438777f09e2b8dae5e031ce0fb3c186b0a3b3b3f038"
 
 
 def test_the_mixed_stage_trains_on_the_rows_it_always_did(train_ids, tmp_path):

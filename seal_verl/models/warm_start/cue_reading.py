@@ -88,25 +88,25 @@ def measure(target: T.Target, model: str, task_ids: list[str], samples: int = DE
     import tempfile
 
     from seal_verl.core.interface import ordered
-    from seal_verl.models.shipped import file_sha256
 
     kinds_on = ordered(default_kinds() if kinds is None else kinds)
-    key = {"model_sha256": file_sha256(os.path.join(model, "model.safetensors")), "tasks": list(task_ids),
-           "samples": samples, "seed": seed, "kinds": kinds_on}
-    done = _load_progress(progress, key)
     with tempfile.TemporaryDirectory(prefix="cue-effect-") as folder:  # the task rows: gone when measured
-        return _measure(target, model, task_ids, samples, seed, confidence, folder, kinds_on, key, done, progress)
+        return _measure(target, model, task_ids, samples, seed, confidence, folder, kinds_on, progress)
 
 
 def _measure(target: T.Target, model: str, task_ids: list[str], samples: int, seed: int, confidence: float,
-             folder: str, kinds_on: list, key: dict, done: dict, progress: Optional[str]) -> dict:
+             folder: str, kinds_on: list, progress: Optional[str]) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from seal_verl import rollouts as dr
     from seal_verl.core import cue_effect as ce
     from seal_verl.core.interface import ordered
+    from seal_verl.models.shipped import file_sha256
 
+    key = {"model_sha256": file_sha256(os.path.join(model, "model.safetensors")), "tasks": list(task_ids),
+           "samples": samples, "seed": seed, "kinds": kinds_on}
+    done = _load_progress(progress, key)
     s = target.settings
     torch.manual_seed(seed)
     lm = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
