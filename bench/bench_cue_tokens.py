@@ -19,14 +19,28 @@ import os
 import statistics
 
 
-def first_prompt_tokens(env, task, tokenizer, call_format: str, cues: bool) -> int:
-    """Tokens of ``task``'s first prompt, bare or with every start-of-task cue kind on."""
-    from seal_verl.core.interface import CUE_KINDS, InterfaceConfig, InterfaceState
+def run_kinds(env_name: str) -> tuple[str, ...]:
+    """The cue kinds a run of ``env_name`` can switch on: the ledger recipe's trigger map for the ledger (its
+    behavioural sentence for a missing call), the default trigger map's for every other environment."""
+    from seal_verl.core.interface import DEFAULT_TRIGGERS, ordered
+
+    if env_name == "ledger":
+        from seal_verl.models.warm_start.ledger import WARM_KINDS
+
+        return tuple(WARM_KINDS)
+    return tuple(ordered(DEFAULT_TRIGGERS.values()))
+
+
+def first_prompt_tokens(env, task, tokenizer, call_format: str, cues: bool, kinds=None) -> int:
+    """Tokens of ``task``'s first prompt, bare or with every start-of-task cue kind of ``kinds`` on (the run's
+    kinds, :func:`run_kinds`, when None)."""
+    from seal_verl.core.interface import InterfaceConfig, InterfaceState
     from seal_verl.core.observation import SealObservationWrapper
 
     episode = env.start(task, call_format=call_format, call_timeout_s=None)
     if cues:
-        episode = SealObservationWrapper(episode, InterfaceState(active={k: True for k in CUE_KINDS}), InterfaceConfig())
+        on = run_kinds(env.name) if kinds is None else tuple(kinds)
+        episode = SealObservationWrapper(episode, InterfaceState(active={k: True for k in on}), InterfaceConfig())
     messages, tools = env.initial_messages(task, episode.reset(), call_format)
     ids = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True)
     ids = ids["input_ids"] if hasattr(ids, "keys") else ids

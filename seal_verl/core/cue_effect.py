@@ -12,10 +12,19 @@ interfaces, and is never trained on:
 The effect of the whole interface is ``r(current) - r(none)``; the effect of a kind is ``r(current) -
 r(drop:<kind>)``, where ``r`` is the mean of the reward the run trains on: the pass rate under the recipe's 0/1
 reward, the share of passing turns under a dense one (on a task few rollouts pass whole, a pass rate of 0 on both
-sides would say nothing). For pass rates the interval is Newcombe's hybrid score interval for a difference of two
-proportions (Wilson intervals of each side, combined), which stays sensible at rates of 0 and 1 where a normal
-interval collapses; for a dense reward it is the normal interval with Welch's standard error. Both treat the
-rollouts as independent draws, which is what the probe samples.
+sides would say nothing).
+
+Every task of a probe is sampled under every condition, so the conditions are compared task by task: the interval
+``lo``/``hi`` is the **paired** one, a t interval of the per-task differences (per task, the mean over its samples
+under each condition). Tasks differ far more in difficulty than a cue changes them, and pairing takes that spread
+out of the comparison. Beside it each effect keeps the **unpaired** interval, which treats the rollouts as
+independent draws: for pass rates Newcombe's hybrid score interval for a difference of two proportions (Wilson
+intervals of each side, combined), which stays sensible at rates of 0 and 1; for a dense reward Welch's interval
+(the t quantile with Welch-Satterthwaite degrees of freedom). Where pairing cannot estimate a spread (fewer than
+two tasks under both conditions, or the same difference on every task) the paired interval is the unpaired one.
+
+The probe's tasks rotate (:func:`pick_tasks`): each probe of a run takes the next tasks of one shuffle of the pool
+(the run's seed), so successive probes see different tasks and the whole pool before any task comes again.
 
 Optionally (``retire``, beyond the paper) the closed loop retires a kind whose interval lies wholly below zero on
 ``retire_after`` probes in a row: it stays off for the rest of the run, whatever its trigger rate.
@@ -30,7 +39,9 @@ import random
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Optional, Sequence
 
-from seal_verl.core.interface import CUE_KINDS, SHORT_NAMES, check_kinds
+from seal_verl.core.intervals import (mean_difference_interval, newcombe_interval, paired_interval,  # noqa: F401
+                                       t_quantile, wilson_interval)
+from seal_verl.core.interface import CUE_KINDS, DEFAULT_TRIGGERS, SHORT_NAMES, check_kinds, ordered
 from seal_verl.core.options import from_mapping, parse_bool
 
 __all__ = [
@@ -48,6 +59,8 @@ __all__ = [
     "mean_difference_interval",
     "effect",
     "newcombe_interval",
+    "paired_interval",
+    "t_quantile",
     "pick_tasks",
     "retire_update",
     "short_line",
@@ -79,11 +92,11 @@ class CueEffectConfig:
         every: probe every this many training steps (0 switches the probe off). A step with no cue kind on is
             not probed (there is nothing to compare) and the next step with one is.
         tasks: training tasks in one probe (successive probes of a run rotate over the training set:
-            :func:`pick_tasks`).
+            :func:`pick_tasks`), so they cover the pool before a task comes again.
         samples: rollouts per task and condition.
         max_rollouts: budget of one probe; when ``tasks x samples x conditions`` exceeds it, fewer tasks are
-            probed (never fewer than one). At least ``samples x 7`` (five kinds on: current, none, five drops),
-            at most :data:`MAX_PROBE_ROLLOUTS`.
+            probed (never fewer than one). At least ``samples x (2 + kinds)`` for the interface's configured kinds
+            (current, none, one drop per kind: 7 with the default five), at most :data:`MAX_PROBE_ROLLOUTS`.
         confidence: level of the intervals, in [:data:`CONFIDENCE_RANGE`] (0.5 to 0.999: below, an interval says
             less than a coin; above, it covers everything a probe can measure).
         temperature: sampling temperature of the probe's rollouts, at most :data:`MAX_TEMPERATURE`; null takes
@@ -105,8 +118,13 @@ class CueEffectConfig:
     retire: bool = False
     retire_after: int = 2
 
-    def validate(self) -> "CueEffectConfig":
-        """Raise ``ValueError`` naming the field; return ``self`` (normalised)."""
+    def validate(self, n_kinds: Optional[int] = None) -> "CueEffectConfig":
+        """Raise ``ValueError`` naming the field; return ``self`` (normalised).
+
+        Args:
+            n_kinds: how many cue kinds the interface can switch on (``InterfaceConfig.kinds()``); the budget
+                must hold one task under every condition they can need. None: the default interface's.
+        """
         for name, lo in (("every", 0), ("tasks", 1), ("samples", 1), ("max_rollouts", 1), ("seed", 0),
                          ("retire_after", 1)):
             v = getattr(self, name)
@@ -117,13 +135,14 @@ class CueEffectConfig:
             if int(v) > 1_000_000:
                 raise ValueError(f"{name} must be <= 1000000, got {v!r}")
             setattr(self, name, int(v))
-        most = self.samples * (2 + len(CUE_KINDS))
+        kinds = len(DEFAULT_TRIGGERS) if n_kinds is None else int(n_kinds)
+        most = self.samples * (2 + kinds)
         if self.max_rollouts > MAX_PROBE_ROLLOUTS:
             raise ValueError(f"max_rollouts must be <= {MAX_PROBE_ROLLOUTS}, got {self.max_rollouts}: a probe that "
                              "size would take longer than the training it measures")
         if self.max_rollouts < most:
-            raise ValueError(f"max_rollouts ({self.max_rollouts}) must be at least samples x {2 + len(CUE_KINDS)} "
-                             f"= {most}: one task under every condition the probe can need")
+            raise ValueError(f"max_rollouts ({self.max_rollouts}) must be at least samples x {2 + kinds} "
+                             f"= {most}: one task under every condition the probe can need ({kinds} cue kinds)")
         c, (c_lo, c_hi) = self.confidence, CONFIDENCE_RANGE
         if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or not c_lo <= c <= c_hi:
             raise ValueError(f"confidence must be a number in [{c_lo}, {c_hi}], got {c!r}")
@@ -171,7 +190,17 @@ class ProbeRecord:
 
 @dataclass(frozen=True)
 class Effect:
-    """Pass rate with and without a cue (or the whole interface), their difference and its interval."""
+    """Mean reward with and without a cue (or the whole interface), their difference and its intervals.
+
+    Attributes:
+        with_, without: mean reward under the two conditions; ``diff`` their difference.
+        lo, hi: the interval of the difference: task-paired (:func:`paired_interval`) where it can be estimated,
+            else the unpaired one.
+        n_with, n_without: rollouts under each condition.
+        unpaired_lo, unpaired_hi: the unpaired interval (Newcombe's for pass rates, Welch's for a dense reward).
+        n_pairs: tasks sampled under both conditions. 0 in a file written before the paired interval existed:
+            its ``lo``/``hi`` are then the unpaired interval of that time.
+    """
 
     with_: float
     without: float
@@ -180,15 +209,29 @@ class Effect:
     hi: float
     n_with: int
     n_without: int
+    unpaired_lo: Optional[float] = None
+    unpaired_hi: Optional[float] = None
+    n_pairs: int = 0
+
+    def __post_init__(self):
+        if self.unpaired_lo is None:
+            object.__setattr__(self, "unpaired_lo", self.lo)
+        if self.unpaired_hi is None:
+            object.__setattr__(self, "unpaired_hi", self.hi)
 
     def to_dict(self) -> dict[str, Any]:
         return {"with": self.with_, "without": self.without, "diff": self.diff, "lo": self.lo, "hi": self.hi,
-                "n_with": self.n_with, "n_without": self.n_without}
+                "n_with": self.n_with, "n_without": self.n_without, "unpaired_lo": self.unpaired_lo,
+                "unpaired_hi": self.unpaired_hi, "n_pairs": self.n_pairs}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Effect":
-        return cls(float(d["with"]), float(d["without"]), float(d["diff"]), float(d["lo"]), float(d["hi"]),
-                   int(d["n_with"]), int(d["n_without"]))
+        """Inverse of ``to_dict``; also reads a dict written before the paired interval (no ``unpaired_*``, no
+        ``n_pairs``), whose interval was the unpaired one."""
+        lo, hi = float(d["lo"]), float(d["hi"])
+        return cls(float(d["with"]), float(d["without"]), float(d["diff"]), lo, hi, int(d["n_with"]),
+                   int(d["n_without"]), float(d.get("unpaired_lo", lo)), float(d.get("unpaired_hi", hi)),
+                   int(d.get("n_pairs", 0)))
 
 
 def due(cfg: CueEffectConfig, step: int, last_probe: Optional[int], active: Iterable[str]) -> bool:
@@ -205,7 +248,7 @@ def conditions(active: Iterable[str]) -> dict[str, frozenset]:
     kept under every name; :func:`distinct` runs each set once."""
     on = frozenset(check_kinds(active))
     out = {CURRENT: on, NONE: frozenset()}
-    for kind in sorted(on, key=list(CUE_KINDS).index):
+    for kind in ordered(on):
         out[drop_name(kind)] = on - {kind}
     return out
 
@@ -245,6 +288,8 @@ def pick_tasks(task_ids: Sequence[str], cfg: CueEffectConfig, n_conditions: int,
     pool = sorted(dict.fromkeys(str(t) for t in task_ids))
     if not pool:
         raise ValueError("the cue-effect probe has no training task to draw from")
+    if isinstance(probe_index, bool) or not isinstance(probe_index, int) or probe_index < 0:
+        raise ValueError(f"probe_index must be a non-negative integer, got {probe_index!r}")
     share = min(cfg.tasks, len(pool))
     fit = max(1, cfg.max_rollouts // max(1, cfg.samples * n_conditions))
     order = random.Random(f"{cfg.seed}:{int(seed)}").sample(pool, len(pool))
@@ -252,97 +297,75 @@ def pick_tasks(task_ids: Sequence[str], cfg: CueEffectConfig, n_conditions: int,
     return [order[(start + j) % len(pool)] for j in range(min(share, fit))]
 
 
-def wilson_interval(k: int, n: int, z: float) -> tuple[float, float]:
-    """Wilson's score interval of a proportion ``k / n`` (``(0, 1)`` for ``n == 0``)."""
-    if n <= 0:
-        return 0.0, 1.0
-    p = k / n
-    den = 1.0 + z * z / n
-    centre = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return max(0.0, centre - half), min(1.0, centre + half)
+def effect(a: Sequence[float], b: Sequence[float], confidence: float = 0.95, a_tasks: Optional[Sequence[str]] = None,
+           b_tasks: Optional[Sequence[str]] = None) -> Effect:
+    """The effect of ``a`` (values with the cue) against ``b`` (without).
 
-
-def _z(confidence: float) -> float:
-    from statistics import NormalDist
-
-    return NormalDist().inv_cdf(0.5 + confidence / 2.0)
-
-
-def newcombe_interval(k1: int, n1: int, k2: int, n2: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Newcombe's hybrid score interval of ``k1/n1 - k2/n2`` (his method 10): the Wilson intervals of both
-    proportions, combined in quadrature on each side."""
-    z = _z(confidence)
-    p1 = k1 / n1 if n1 else 0.0
-    p2 = k2 / n2 if n2 else 0.0
-    l1, u1 = wilson_interval(k1, n1, z)
-    l2, u2 = wilson_interval(k2, n2, z)
-    d = p1 - p2
-    lo = d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
-    hi = d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
-    return max(-1.0, lo), min(1.0, hi)
-
-
-def mean_difference_interval(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
-    """Interval of ``mean(a) - mean(b)`` for rewards in [0, 1] that are not all 0 or 1 (a dense reward): the
-    normal interval with each side's sample variance (Welch's standard error), widened to at least the variance
-    of a rate of 1/2 when a side has fewer than two values, and clipped to [-1, 1]."""
-    z = _z(confidence)
-
-    def var(x):
-        if len(x) < 2:
-            return 0.25
-        m = sum(x) / len(x)
-        return sum((v - m) ** 2 for v in x) / (len(x) - 1)
-
-    d = (sum(a) / len(a) if a else 0.0) - (sum(b) / len(b) if b else 0.0)
-    se = math.sqrt(var(a) / max(1, len(a)) + var(b) / max(1, len(b)))
-    return max(-1.0, d - z * se), min(1.0, d + z * se)
-
-
-def effect(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> Effect:
-    """The effect of ``a`` (values with the cue) against ``b`` (without): Newcombe's interval where every value is
-    0 or 1 (pass rates), else the normal interval of a difference of means."""
+    The unpaired interval is Newcombe's where every value is 0 or 1 (pass rates), else Welch's. Given the task of
+    each value (``a_tasks``, ``b_tasks``, as long as ``a`` and ``b``), ``lo``/``hi`` is the paired interval
+    (:func:`paired_interval`) where it can be estimated; otherwise, and without the tasks, the unpaired one. The
+    paired interval centres on the mean per-task difference, which is ``diff`` when every task has as many
+    samples under both conditions, as the probe draws them.
+    """
     n1, n2 = len(a), len(b)
     p1 = sum(a) / n1 if n1 else 0.0
     p2 = sum(b) / n2 if n2 else 0.0
     if all(v in (0.0, 1.0) for v in list(a) + list(b)):  # pass rates: Newcombe's interval
-        lo, hi = newcombe_interval(int(sum(a)), n1, int(sum(b)), n2, confidence)
+        ulo, uhi = newcombe_interval(int(sum(a)), n1, int(sum(b)), n2, confidence)
     else:
-        lo, hi = mean_difference_interval(a, b, confidence)
-    return Effect(p1, p2, p1 - p2, lo, hi, n1, n2)
+        ulo, uhi = mean_difference_interval(a, b, confidence)
+    paired, n_pairs = None, 0
+    if a_tasks is not None and b_tasks is not None:
+        if len(a_tasks) != n1 or len(b_tasks) != n2:
+            raise ValueError("a_tasks and b_tasks must name the task of every value")
+        paired, n_pairs = paired_interval(_by_task(a, a_tasks), _by_task(b, b_tasks), confidence)
+    lo, hi = paired if paired is not None else (ulo, uhi)
+    return Effect(p1, p2, p1 - p2, lo, hi, n1, n2, ulo, uhi, n_pairs)
+
+
+def _by_task(values: Sequence[float], tasks: Sequence[str]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for v, t in zip(values, tasks):
+        out.setdefault(str(t), []).append(float(v))
+    return out
 
 
 def effects(records: Iterable[ProbeRecord], active: Iterable[str], confidence: float = 0.95) -> dict[str, Effect]:
-    """``{"all": ..., <kind>: ...}`` from a probe's rollouts, for the kinds that were ``active``. A condition
-    that shares its kinds with another (see :func:`conditions`) reads that one's rollouts."""
+    """``{"all": ..., <kind>: ...}`` from a probe's rollouts, for the kinds that were ``active``, paired by the
+    records' ``task_id``. A condition that shares its kinds with another (see :func:`conditions`) reads that
+    one's rollouts."""
     conds = conditions(active)
     names = alias(conds)
-    passed: dict[str, list[float]] = {}
+    values: dict[str, list[float]] = {}
+    tasks: dict[str, list[str]] = {}
     for r in records:
         if r.condition not in names:
             raise ValueError(f"probe record of an unknown condition {r.condition!r}; conditions: {sorted(names)}")
-        passed.setdefault(names[r.condition], []).append(r.value)
+        values.setdefault(names[r.condition], []).append(r.value)
+        tasks.setdefault(names[r.condition], []).append(str(r.task_id))
 
-    def of(name: str) -> list[float]:
-        return passed.get(names[name], [])
+    def compare(other: str) -> Effect:
+        a, b = names[CURRENT], names[other]
+        return effect(values.get(a, []), values.get(b, []), confidence, tasks.get(a, []), tasks.get(b, []))
 
-    out = {ALL: effect(of(CURRENT), of(NONE), confidence)}
+    out = {ALL: compare(NONE)}
     for name in conds:
         if name.startswith("drop:"):
-            out[name.split(":", 1)[1]] = effect(of(CURRENT), of(name), confidence)
+            out[name.split(":", 1)[1]] = compare(name)
     return out
 
 
 def metrics(found: dict[str, Effect], n_rollouts: int) -> dict[str, float]:
-    """verl metrics: ``seal/cue_effect/<kind or all>`` (the difference) and its ``/lo``, ``/hi``, ``/with``,
-    ``/without``; ``seal/cue_effect/n_rollouts``."""
+    """verl metrics: ``seal/cue_effect/<kind or all>`` (the difference) and its ``/lo``, ``/hi`` (the paired
+    interval), ``/unpaired_lo``, ``/unpaired_hi``, ``/with``, ``/without``; ``seal/cue_effect/n_rollouts``."""
     out: dict[str, float] = {"seal/cue_effect/n_rollouts": float(n_rollouts)}
     for key, e in found.items():
         base = f"seal/cue_effect/{key}"
         out[base] = e.diff
         out[f"{base}/lo"] = e.lo
         out[f"{base}/hi"] = e.hi
+        out[f"{base}/unpaired_lo"] = float(e.unpaired_lo)
+        out[f"{base}/unpaired_hi"] = float(e.unpaired_hi)
         out[f"{base}/with"] = e.with_
         out[f"{base}/without"] = e.without
     return out

@@ -1,28 +1,32 @@
 """The cue texts of Omega: phi_schema (tool signatures, call syntax), phi_err (feedback on a failed call) and
-phi_cap (behavioural reminders).
+phi_cap (what the tools can do for the pending request; behavioural reminders).
 
-Renderers are pure and bounded. They only ever restate what they are given: names, types and enum members
-from the tool schemas, the agent's own call and error text, and fixed wording. In particular error feedback
-never contains an argument value: the renderers have no access to ground truth, and they do not echo values
-at all, so nothing can leak an answer. Which kinds are on, and when, is :mod:`seal_verl.core.interface`'s business;
+Renderers are pure and bounded. They only ever restate what they are given: names, types, enum members and
+descriptions from the tool schemas, the agent's own call and error text, and fixed wording. In particular error
+feedback never contains an argument value: the renderers have no access to ground truth, and they do not echo
+values at all, so nothing can leak an answer. The affordance cue reads the user's request only to choose which
+tools to name; it repeats none of the request's words. Which kinds are on, and when, is :mod:`seal_verl.core.interface`'s business;
 this module only writes the words. It imports neither verl nor BFCL.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any, Optional
 
 from seal_verl.core import schema as sc
 from seal_verl.core import trace as tr
 from seal_verl.core.interface import (
+    ACT_WITH_TOOLS,
     ASK_OR_ABSTAIN,
     CALL_FORMAT,
     CUE_KINDS,
+    DEFAULT_TRIGGERS,
     ERROR_RECOVERY,
     MIN_CUE_CHARS,
     SCHEMA_CONSTRAINTS,
-    TOOL_AFFORDANCE,
     check_kinds,
 )
 
@@ -33,6 +37,7 @@ __all__ = [
     "call_format_cue",
     "error_cue",
     "capability_cue",
+    "affordance_cue",
     "cue_stats",
 ]
 
@@ -298,7 +303,7 @@ _REMINDERS = {
         "Before calling, check each function's required parameters, their types and allowed values; "
         "pass only parameters the function defines."
     ),
-    TOOL_AFFORDANCE: (
+    ACT_WITH_TOOLS: (
         "Complete every requested action with a tool call before answering in text; never report an action "
         "as done without calling the function for it."
     ),
@@ -313,27 +318,137 @@ _REMINDERS = {
 }
 
 
-def capability_cue(prevalence: dict[str, float], active: set[str], max_chars: int = 600) -> str:
-    """phi_cap: one short reminder per active kind, the most prevalent failure first.
+def capability_cue(prevalence: dict[str, float], active: set[str], max_chars: int = 600,
+                   trigger_of: Optional[dict[str, str]] = None) -> str:
+    """phi_cap's reminders: one short sentence per active kind that has one, the most prevalent failure first.
 
-    The reminders are fixed behavioural sentences; the prevalence only orders them (ties keep the order of
-    ``CUE_KINDS``), it is not shown. A caller that renders the schema-family cues separately may pass only
-    the capability-family kinds (``kinds_in_family("capability")``).
+    The reminders are fixed behavioural sentences; the prevalence of each kind's trigger label only orders them
+    (ties keep the order of ``CUE_KINDS``), it is not shown. ``tool_affordance`` has no reminder: it is rendered by
+    :func:`affordance_cue` from the tools and the request. A caller that renders the schema-family cues separately
+    may pass only the capability-family kinds (``kinds_in_family("capability")``).
 
     Args:
         prevalence: label -> prevalence (C_t or its EMA); missing labels count as 0.
         active: names of the cue kinds to remind of.
         max_chars: bound on the returned text.
+        trigger_of: kind -> its trigger label (``InterfaceConfig.trigger_of()``); None: the default triggers.
+            A kind without a trigger ranks as prevalence 0.
 
     Returns:
-        The cue, or ``""`` when ``active`` is empty.
+        The cue, or ``""`` when no active kind has a reminder.
     """
-    kinds = check_kinds(active)
+    kinds = {k for k in check_kinds(active) if k in _REMINDERS}
     if not kinds:
         return ""
+    trigger = {v: k for k, v in DEFAULT_TRIGGERS.items()} if trigger_of is None else dict(trigger_of)
     order = list(CUE_KINDS)
-    ranked = sorted(kinds, key=lambda k: (-float(prevalence.get(CUE_KINDS[k].trigger, 0.0)), order.index(k)))
+
+    def rate(kind: str) -> float:
+        label = trigger.get(kind)
+        return float(prevalence.get(label, 0.0)) if label else 0.0
+
+    ranked = sorted(kinds, key=lambda k: (-rate(k), order.index(k)))
     return _bound("Reminders:\n" + "\n".join(f"- {_REMINDERS[k]}" for k in ranked), max_chars)
+
+
+# ------------------------------------------------------------------------------------------ the affordance cue
+
+#: Most tools an affordance cue names.
+AFFORDANCE_TOOLS = 3
+#: A tool is named when its match with the request is at least this share of the best tool's.
+AFFORDANCE_SHARE = 0.5
+_DESCRIPTION_CHARS = 160
+
+#: Words that say nothing about what a tool does (English function words and request politeness).
+_STOP = frozenset("""
+a about after again all also am an and any are as at be been before being both but by can could did do does
+done for from had has have having he her here him his how i if in into is it its just let me more most my no
+not now of off on once only or other our out over own please same she should so some such than that the their
+them then there these they this those through to too under until up very was we were what when where which
+while who whom why will with would you your
+""".split())
+
+
+def _stem(word: str) -> str:
+    """A crude English stem, enough to match "files" with "file" and "moved" with "move"."""
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    for suffix in ("ing", "ed", "s"):
+        if len(word) - len(suffix) >= 3 and word.endswith(suffix) and not word.endswith("ss"):
+            word = word[: -len(suffix)]
+            break
+    return word[:-1] if len(word) > 3 and word.endswith("e") else word
+
+
+def _terms(text: str) -> set[str]:
+    """The content words of ``text`` as stems: identifiers split at ``_`` and camelCase, digits and function
+    words left out."""
+    words = re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", str(text).replace("_", " "))
+    return {_stem(w.lower()) for w in words if len(w) > 1 and w.lower() not in _STOP}
+
+
+def _own_description(description: str, shared: set[str]) -> str:
+    """The part of a tool's description that is its own: sentences no other offered tool's description shares
+    (an API's preamble and closing notes are the same on every tool of it), a leading ``Label:`` removed, cut to
+    ``_DESCRIPTION_CHARS``."""
+    sentences = [x.strip() for x in re.split(r"(?<=[.!?])\s+", description.strip()) if x.strip()]
+    own = " ".join(x for x in sentences if x not in shared)
+    own = re.sub(r"^(?:[A-Za-z]+ ){0,2}[A-Za-z]+:\s+", "", own).strip()
+    return _short(own, _DESCRIPTION_CHARS)
+
+
+def affordance_cue(tools: list[dict], request: str, max_chars: int = 600) -> str:
+    """phi_cap's tool-affordance cue: what the offered tools can do for the pending request.
+
+    The tools whose names and descriptions share the most content words with the request are named, with the
+    part of their description that is their own (words that many offered tools share count less: each word
+    weighs log(1 + tools / tools that have it), a word of the name twice). At most ``AFFORDANCE_TOOLS`` tools,
+    each matching at least ``AFFORDANCE_SHARE`` of the best match. The request only chooses the tools: the text
+    is made of tool names and description sentences alone, so it repeats no value of the request and, having
+    no access to the ground truth, none of the answer.
+
+    Args:
+        tools: OpenAI-style tool dicts or bare function docs (the tools offered now).
+        request: the text of the pending user request.
+        max_chars: bound on the returned text.
+
+    Returns:
+        The cue, or ``""`` when no offered tool shares a content word with the request.
+    """
+    fns = [fn for fn in (_function_of(t) for t in tools) if fn is not None]
+    wanted = _terms(request)
+    if not fns or not wanted:
+        return ""
+    described = {fn["name"]: str(fn.get("description") or "") for fn in fns}
+    name_terms = {fn["name"]: _terms(fn["name"]) for fn in fns}
+    text_terms = {n: name_terms[n] | _terms(d) for n, d in described.items()}
+    df: dict[str, int] = {}
+    for terms in text_terms.values():
+        for w in terms:
+            df[w] = df.get(w, 0) + 1
+    n = len(fns)
+
+    def score(name: str) -> float:
+        return sum(math.log(1.0 + n / df[w]) * (2.0 if w in name_terms[name] else 1.0)
+                   for w in wanted & text_terms[name])
+
+    scores = {fn["name"]: score(fn["name"]) for fn in fns}
+    best = max(scores.values())
+    if best <= 0:
+        return ""
+    order = [fn["name"] for fn in fns]
+    chosen = sorted((m for m in order if scores[m] >= AFFORDANCE_SHARE * best), key=lambda m: (-scores[m],
+                                                                                            order.index(m)))
+    counts: dict[str, int] = {}
+    for d in described.values():
+        for x in {x.strip() for x in re.split(r"(?<=[.!?])\s+", d.strip()) if x.strip()}:
+            counts[x] = counts.get(x, 0) + 1
+    shared = {x for x, c in counts.items() if c > 1}
+    lines = []
+    for m in chosen[:AFFORDANCE_TOOLS]:
+        own = _own_description(described[m], shared)
+        lines.append(f"- {_short(m)}: {own}" if own else f"- {_short(m)}")
+    return _bound("What the offered tools can do for this request:\n" + "\n".join(lines), max_chars)
 
 
 def cue_stats(text: str) -> dict[str, int]:

@@ -1,17 +1,26 @@
 """Omega: the training-time interface state, its evolution, and the cue texts.
 
 ``o~ = o (+) phi_schema(F) (+) phi_err(o, H_t) (+) phi_cap(C_t)``. The interface is a set of named cue kinds,
-each in one of the three families and each switched on by one failure label of the profile:
+each in one of the three families. Which failure label switches which kind on is configuration
+(``InterfaceConfig.triggers``, label -> kind); a kind no label names is never on:
 
 ============================  ===========  =====================  =====================================
-kind                          family       trigger label          what it adds
+kind                          family       default trigger        what it adds
 ============================  ===========  =====================  =====================================
 ``call_format``               schema       invalid_tool_call      the legal call syntax; decode errors
 ``schema_constraints``        schema       argument_mismatch      required params, types, enums
-``tool_affordance``           capability   missing_tool_call      "act with a tool call, not text"
+``tool_affordance``           capability   missing_tool_call      what the offered tools can do for the
+                                                                  pending request (from schemas + request)
+``act_with_tools``            capability   (none)                 "act with a tool call, not text"
 ``error_recovery``            error        recovery_failure       structured next-step error feedback
 ``ask_or_abstain``            capability   spurious_tool_call     "ask when a parameter/function lacks"
 ============================  ===========  =====================  =====================================
+
+The paper names three triggers (``PAPER_TRIGGERS``: argument_mismatch -> schema/constraint cues,
+missing_tool_call -> tool-affordance cues, recovery_failure -> structured error feedback); the default
+(``DEFAULT_TRIGGERS``) adds the two failure types Psi tells apart that those three leave without a cue of
+their own (a malformed call, a call where the agent should ask). ``act_with_tools`` is the behavioural sentence
+an earlier build used as its affordance cue, kept as a kind of its own that a trigger map may name.
 
 ``evolve`` switches kinds with hysteresis, so that the interface does not flap when a trigger rate hovers
 around a threshold, and lets scaffolding fade once a failure has stayed rare for a while.
@@ -23,7 +32,7 @@ are rendered by :mod:`seal_verl.core.cues`. It imports neither verl nor BFCL.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Dict, Iterable, Optional
 
 from seal_verl.core import taxonomy as tx
 from seal_verl.core.options import from_mapping
@@ -32,6 +41,9 @@ __all__ = [
     "FAMILIES",
     "CueKind",
     "CUE_KINDS",
+    "DEFAULT_TRIGGERS",
+    "PAPER_TRIGGERS",
+    "PLACEMENTS",
     "SHORT_NAMES",
     "MIN_CUE_CHARS",
     "InterfaceConfig",
@@ -52,11 +64,11 @@ FAMILIES: tuple[str, ...] = (SCHEMA, ERROR, CAPABILITY)
 
 @dataclass(frozen=True)
 class CueKind:
-    """A named cue kind: which family it belongs to and which failure label switches it on."""
+    """A named cue kind and the family it belongs to (which label switches it on is configuration:
+    ``InterfaceConfig.triggers``)."""
 
     name: str
     family: str
-    trigger: str
 
 
 CALL_FORMAT = "call_format"
@@ -64,19 +76,41 @@ SCHEMA_CONSTRAINTS = "schema_constraints"
 TOOL_AFFORDANCE = "tool_affordance"
 ERROR_RECOVERY = "error_recovery"
 ASK_OR_ABSTAIN = "ask_or_abstain"
+ACT_WITH_TOOLS = "act_with_tools"
 
-#: The failure-type-specific activation map, in a fixed order (used to break ties).
+#: Every cue kind there is, in a fixed order (used to break ties and to order displays).
 CUE_KINDS: dict[str, CueKind] = {
-    CALL_FORMAT: CueKind(CALL_FORMAT, SCHEMA, tx.INVALID_TOOL_CALL),
-    SCHEMA_CONSTRAINTS: CueKind(SCHEMA_CONSTRAINTS, SCHEMA, tx.ARGUMENT_MISMATCH),
-    TOOL_AFFORDANCE: CueKind(TOOL_AFFORDANCE, CAPABILITY, tx.MISSING_TOOL_CALL),
-    ERROR_RECOVERY: CueKind(ERROR_RECOVERY, ERROR, tx.RECOVERY_FAILURE),
-    ASK_OR_ABSTAIN: CueKind(ASK_OR_ABSTAIN, CAPABILITY, tx.SPURIOUS_TOOL_CALL),
+    CALL_FORMAT: CueKind(CALL_FORMAT, SCHEMA),
+    SCHEMA_CONSTRAINTS: CueKind(SCHEMA_CONSTRAINTS, SCHEMA),
+    TOOL_AFFORDANCE: CueKind(TOOL_AFFORDANCE, CAPABILITY),
+    ACT_WITH_TOOLS: CueKind(ACT_WITH_TOOLS, CAPABILITY),  # where the affordance sentence of earlier builds stood
+    ERROR_RECOVERY: CueKind(ERROR_RECOVERY, ERROR),
+    ASK_OR_ABSTAIN: CueKind(ASK_OR_ABSTAIN, CAPABILITY),
 }
+
+#: The paper's failure-type-specific activation: three triggers, label -> the kind it switches on.
+PAPER_TRIGGERS: dict[str, str] = {
+    tx.ARGUMENT_MISMATCH: SCHEMA_CONSTRAINTS,
+    tx.MISSING_TOOL_CALL: TOOL_AFFORDANCE,
+    tx.RECOVERY_FAILURE: ERROR_RECOVERY,
+}
+
+#: The project's default: the paper's three, plus a cue for each of the two failure types Psi labels that those
+#: three leave without help of their own (a call that cannot be decoded; a call where the agent should have
+#: asked). Each is measured by the cue-effect probe like the others, and each can be switched off (null).
+DEFAULT_TRIGGERS: dict[str, str] = {
+    tx.INVALID_TOOL_CALL: CALL_FORMAT,
+    **PAPER_TRIGGERS,
+    tx.SPURIOUS_TOOL_CALL: ASK_OR_ABSTAIN,
+}
+
+#: Where the proactive cues (phi_schema, phi_cap) go (``InterfaceConfig.placement``).
+START_OF_TASK, EVERY_OBSERVATION = "start_of_task", "every_observation"
+PLACEMENTS: tuple[str, ...] = (START_OF_TASK, EVERY_OBSERVATION)
 
 #: Short names of the kinds for one-line displays (console step lines, the run watcher, reports).
 SHORT_NAMES: dict[str, str] = {CALL_FORMAT: "fmt", SCHEMA_CONSTRAINTS: "schema", TOOL_AFFORDANCE: "afford",
-                               ERROR_RECOVERY: "recov", ASK_OR_ABSTAIN: "ask"}
+                               ERROR_RECOVERY: "recov", ASK_OR_ABSTAIN: "ask", ACT_WITH_TOOLS: "act"}
 
 #: Largest value of ``patience`` and of the cue bounds: far beyond any use, and it keeps them 64-bit integers
 #: wherever they are logged or stored.
@@ -87,7 +121,7 @@ MIN_CUE_CHARS = 50
 
 
 def kinds_in_family(family: str) -> tuple[str, ...]:
-    """Names of the cue kinds of one family.
+    """Names of the cue kinds of one family (all there are, configured or not).
 
     Args:
         family: one of ``FAMILIES``.
@@ -104,6 +138,36 @@ def check_kinds(kinds: Iterable[str]) -> set[str]:
     if unknown:
         raise ValueError(f"unknown cue kind(s) {sorted(unknown)}; known kinds: {', '.join(CUE_KINDS)}")
     return out
+
+
+def ordered(kinds: Iterable[str]) -> list[str]:
+    """``kinds`` in the fixed order of ``CUE_KINDS`` (unknown kinds raise ``ValueError``)."""
+    return sorted(check_kinds(kinds), key=list(CUE_KINDS).index)
+
+
+def check_triggers(triggers: Any) -> dict[str, Optional[str]]:
+    """A trigger map checked: keys failure labels, values cue kinds or ``None`` (that label switches nothing on),
+    no kind named by two labels. Returns a copy in label order; ``ValueError`` naming the entry otherwise."""
+    if not isinstance(triggers, dict):
+        raise ValueError(f"triggers must be a mapping of failure label -> cue kind, got {triggers!r:.80}")
+    out: dict[str, Optional[str]] = {}
+    seen: dict[str, str] = {}
+    for label, kind in triggers.items():
+        if label not in tx.FAILURE_LABELS:
+            raise ValueError(f"triggers: {label!r:.80} is not a failure label; failure labels: "
+                             f"{', '.join(tx.FAILURE_LABELS)}")
+        if kind is None:
+            out[label] = None
+            continue
+        if not isinstance(kind, str) or kind not in CUE_KINDS:
+            raise ValueError(f"triggers.{label}: unknown cue kind {kind!r:.80}; known kinds: {', '.join(CUE_KINDS)} "
+                             "(null: this label switches no cue on)")
+        if kind in seen:
+            raise ValueError(f"triggers: cue kind {kind!r} is named by both {seen[kind]!r} and {label!r}; a kind "
+                             "has one trigger label")
+        seen[kind] = label
+        out[label] = kind
+    return {label: out[label] for label in tx.FAILURE_LABELS if label in out}
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -138,6 +202,16 @@ class InterfaceConfig:
             environment; the capability kinds, which have no feedback to give, then never switch on. For a
             policy that cannot read prompt text it has never seen (the CPU overlay's 0.4M-parameter model:
             ``python -m seal_verl.models.warm_start.probe_cues``), not for real backbones.
+        triggers: failure label -> the cue kind it switches on (``DEFAULT_TRIGGERS``); a label mapped to null
+            (or left out) switches nothing on, so each kind can be switched off. ``PAPER_TRIGGERS`` are the
+            paper's three. A kind has at most one trigger label.
+        placement: where the proactive cues go. ``start_of_task`` (the default): the schema, call-format and
+            capability blocks once, in the first user message (and the schema of functions revealed later in
+            the message that reveals them). ``every_observation``: the paper's formula read literally, the
+            schema and capability cues with every observation the policy sees (each user message and each
+            step's tool results). The affordance cue is about the pending request, so under both it comes with
+            every user request (and, under ``every_observation``, with every observation). Ignored without
+            ``proactive_cues``.
     """
 
     on_threshold: float = 0.15
@@ -149,6 +223,8 @@ class InterfaceConfig:
     fixed_all_on: bool = False
     ema_beta: float = 0.5
     proactive_cues: bool = True
+    triggers: Dict[str, Optional[str]] = field(default_factory=lambda: dict(DEFAULT_TRIGGERS))
+    placement: str = START_OF_TASK
 
     def validate(self) -> "InterfaceConfig":
         """Raise ``ValueError`` naming the offending field; return ``self`` (normalised) on success."""
@@ -182,16 +258,29 @@ class InterfaceConfig:
         self.fixed_all_on = bool(self.fixed_all_on)
         if not isinstance(self.proactive_cues, bool):
             raise ValueError(f"proactive_cues must be true or false, got {self.proactive_cues!r}")
+        self.triggers = check_triggers(self.triggers)
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r:.80}")
         return self
 
+    def kinds(self) -> tuple[str, ...]:
+        """The cue kinds some trigger label switches on, in ``CUE_KINDS`` order."""
+        named = {k for k in dict(self.triggers).values() if k is not None}
+        return tuple(k for k in CUE_KINDS if k in named)
+
+    def trigger_of(self) -> dict[str, str]:
+        """Cue kind -> the failure label that switches it on, for the configured kinds."""
+        return {kind: label for label, kind in dict(self.triggers).items() if kind is not None}
+
     def switchable_kinds(self) -> tuple[str, ...]:
-        """The kinds that can be on under this configuration: none without the environment side; without
-        proactive cues, the kinds that have feedback to give (every family but capability)."""
+        """The kinds that can be on under this configuration: the configured ones (``kinds``); none without
+        the environment side; without proactive cues, those that have feedback to give (every family but
+        capability)."""
         if not self.enabled:
             return ()
         if self.proactive_cues:
-            return tuple(CUE_KINDS)
-        return tuple(k for k, v in CUE_KINDS.items() if v.family != CAPABILITY)
+            return self.kinds()
+        return tuple(k for k in self.kinds() if CUE_KINDS[k].family != CAPABILITY)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict of the fields."""
@@ -212,7 +301,8 @@ class InterfaceState:
     """Omega_t: which cue kinds are on, and how long each active one has been below ``off_threshold``.
 
     Attributes:
-        active: kind -> on/off, one entry per kind of ``CUE_KINDS``.
+        active: kind -> on/off, one entry per configured kind (``InterfaceConfig.kinds``; a state built without
+            a configuration has one per kind of ``CUE_KINDS``).
         streak_below: kind -> consecutive evolve steps with prevalence < off_threshold while on.
         step: number of ``evolve`` steps applied.
         retired: kinds the cue-effect probe retired (``seal.cue_effect.retire``): off for the rest of the run.
@@ -240,8 +330,9 @@ class InterfaceState:
         """Inverse of ``to_dict``.
 
         Args:
-            d: a dict from ``to_dict``. Unknown kinds raise ``ValueError``; kinds missing from it (a state
-                saved before a kind existed) start off with a zero streak.
+            d: a dict from ``to_dict``. Unknown kinds raise ``ValueError``. The state holds the kinds the dict
+                names (in ``active`` or ``streak_below``; a kind named in one only starts off with a zero
+                streak), every kind of ``CUE_KINDS`` when it names none.
         """
         active = dict(d.get("active", {}))
         streak = dict(d.get("streak_below", {}))
@@ -250,9 +341,10 @@ class InterfaceState:
         check_kinds(active)
         check_kinds(streak)
         check_kinds(below)
+        kinds = ordered(set(active) | set(streak)) if active or streak else list(CUE_KINDS)
         return cls(
-            active={k: bool(active.get(k, False)) and k not in retired for k in CUE_KINDS},
-            streak_below={k: int(streak.get(k, 0)) for k in CUE_KINDS},
+            active={k: bool(active.get(k, False)) and k not in retired for k in kinds},
+            streak_below={k: int(streak.get(k, 0)) for k in kinds},
             step=int(d.get("step", 0)),
             retired=frozenset(retired),
             effect_below={k: int(v) for k, v in below.items() if int(v)},
@@ -260,22 +352,23 @@ class InterfaceState:
 
 
 def initial_state(cfg: InterfaceConfig) -> InterfaceState:
-    """Omega_0: every kind off (scaffolding is earned by failures), or every kind on when
+    """Omega_0: every kind off (scaffolding is earned by failures), or every configured kind on when
     ``cfg.fixed_all_on`` (and ``cfg.enabled``).
 
     Args:
         cfg: the interface configuration.
     """
     on = set(cfg.switchable_kinds()) if cfg.fixed_all_on else set()
-    return InterfaceState(active={k: k in on for k in CUE_KINDS}, streak_below={k: 0 for k in CUE_KINDS}, step=0)
+    kinds = cfg.kinds()
+    return InterfaceState(active={k: k in on for k in kinds}, streak_below={k: 0 for k in kinds}, step=0)
 
 
 def evolve(state: InterfaceState, prevalence: dict[str, float], cfg: InterfaceConfig) -> InterfaceState:
     """Omega_{t+1} = evolve(Omega_t, C_t); pure, returns a new state.
 
-    Per kind, with p the rate of its trigger label among the turns where that label can occur (abstention
-    turns for ``spurious_tool_call``, turns with a ground-truth call for the others; the closed loop passes the
-    EMA of ``StepProfile.rate``):
+    Per configured kind (``cfg.triggers``), with p the rate of its trigger label among the turns where that label
+    can occur (abstention turns for ``spurious_tool_call``, turns with a ground-truth call for the others; the
+    closed loop passes the EMA of ``StepProfile.rate``):
 
     - off -> on as soon as ``p >= on_threshold`` (a failure that has become common gets help at once);
     - on -> off only after ``patience`` consecutive steps with ``p < off_threshold`` (help fades once the
@@ -286,7 +379,7 @@ def evolve(state: InterfaceState, prevalence: dict[str, float], cfg: InterfaceCo
 
     With ``cfg.enabled`` false every kind is off; with ``cfg.fixed_all_on`` every kind is on; in both cases
     the prevalence is ignored. A kind outside ``cfg.switchable_kinds()`` (capability kinds without proactive
-    cues) stays off.
+    cues) stays off. The new state holds the configured kinds only.
 
     Args:
         state: Omega_t.
@@ -303,19 +396,21 @@ def evolve(state: InterfaceState, prevalence: dict[str, float], cfg: InterfaceCo
         if not (0.0 <= float(value) <= 1.0):
             raise ValueError(f"prevalence of {key!r} must be in [0, 1], got {value!r}")
     switchable = set(cfg.switchable_kinds())
+    kinds = cfg.kinds()
     if not cfg.enabled or cfg.fixed_all_on:
         return InterfaceState(
-            active={k: k in switchable for k in CUE_KINDS}, streak_below={k: 0 for k in CUE_KINDS},
+            active={k: k in switchable for k in kinds}, streak_below={k: 0 for k in kinds},
             step=state.step + 1,
         )
     switchable -= set(state.retired)
+    trigger = cfg.trigger_of()
     active: dict[str, bool] = {}
     streak: dict[str, int] = {}
-    for name, kind in CUE_KINDS.items():
+    for name in kinds:
         if name not in switchable:
             active[name], streak[name] = False, 0
             continue
-        p = float(prevalence.get(kind.trigger, 0.0))
+        p = float(prevalence.get(trigger[name], 0.0))
         was_on = bool(state.active.get(name, False))
         below = int(state.streak_below.get(name, 0))
         if not was_on:

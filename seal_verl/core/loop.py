@@ -9,7 +9,7 @@ The paper's ablations are switches, not code paths elsewhere:
 
 - ``env_side=False``: no cues at all (the interface is all-off forever);
 - ``reweighting=False``: w = 1 for every trajectory (``reweighting_enabled`` tells the trainer hook);
-- ``closed_loop=False``: a fixed interface with every cue kind on and static rho: labels still drive the
+- ``closed_loop=False``: a fixed interface with every configured cue kind on and static rho: labels still drive the
   weights and the per-error feedback, but nothing adapts across steps.
 
 With ``env_side`` and ``reweighting`` both off the run is vanilla GRPO. No Ray, verl or torch import here.
@@ -68,7 +68,7 @@ class SealSwitches:
     Attributes:
         env_side: the training-time interface adds cues.
         reweighting: trajectory weights scale the advantages (else w = 1).
-        closed_loop: interface and rho adapt from C_t (else all cue kinds on, static rho).
+        closed_loop: interface and rho adapt from C_t (else every configured cue kind on, static rho).
     """
 
     env_side: bool = True
@@ -439,7 +439,7 @@ def metrics(state: ClosedLoopState, step_profile: StepProfile) -> dict[str, floa
 
     Names: ``seal/prevalence/<key>`` (C_t), ``seal/prevalence_ema/<key>``, ``seal/rate/<key>`` (rate among the
     turns where the key is possible), ``seal/rate_ema/<key>`` (what the cue triggers read),
-    ``seal/prevalence_by_category/<category>/<key>``, ``seal/cue_active/<kind>`` (0/1),
+    ``seal/prevalence_by_category/<category>/<key>``, ``seal/cue_active/<kind>`` (0/1, per configured kind),
     ``seal/cue_family_active/<family>`` (0/1), ``seal/rho/<key>``,
     ``seal/success_rate``, ``seal/success_rate_by_category/<category>``, ``seal/n_trajectories``, ``seal/n_turns``,
     ``seal/n_checker_errors``, ``seal/step``.
@@ -459,8 +459,9 @@ def metrics(state: ClosedLoopState, step_profile: StepProfile) -> dict[str, floa
     for cat, prev in step_profile.prevalence_by_category.items():
         for key in tx.PROFILE_KEYS:
             out[f"seal/prevalence_by_category/{cat}/{key}"] = float(prev.get(key, 0.0))
-    for kind in CUE_KINDS:
-        out[f"seal/cue_active/{kind}"] = 1.0 if state.interface.active.get(kind, False) else 0.0
+    for kind in CUE_KINDS:  # the kinds the state holds: the run's configured ones
+        if kind in state.interface.active:
+            out[f"seal/cue_active/{kind}"] = 1.0 if state.interface.active[kind] else 0.0
     on = active_families(state.interface)
     for family in FAMILIES:
         out[f"seal/cue_family_active/{family}"] = 1.0 if family in on else 0.0

@@ -19,15 +19,23 @@ interface (the one :class:`env_wrappers.bfcl.environment.env.BFCLEnv` has):
 Where each cue goes (every cue is a block that starts with :data:`HINT_PREFIX`, appended after a blank line):
 
 =====================================  ==========================================================================
-cue                                    placement
+cue                                    placement ``start_of_task`` (the default)
 =====================================  ==========================================================================
 schema constraints (phi_schema)        first user message: all functions offered at the start; the message of
                                        a turn that reveals functions: those functions only
 call format (phi_schema)               first user message (only for the ``json`` and ``python`` formats)
-capability reminders (phi_cap)         first user message; the active capability-family kinds, ordered by the
-                                       prevalence of their trigger labels
+capability reminders (phi_cap)         first user message; the active capability-family kinds that have a
+                                       reminder, ordered by the prevalence of their trigger labels
+tool affordance (phi_cap)              every user request (the first and each later turn's message): what the
+                                       offered tools can do for that request
 error feedback (phi_err)               appended to the content of the tool result it is about
 =====================================  ==========================================================================
+
+With ``cfg.placement == "every_observation"`` (the paper's formula, ``o~ = o (+) phi_schema (+) phi_err (+)
+phi_cap`` on each observation) the schema, call-format, reminder and affordance blocks come with every
+observation instead: the first user message, each later user message, and each step's tool results (once per
+step, after the last result; the schema block lists every function offered at that moment, revealed ones
+included). Error feedback is placed as above under both.
 
 With ``cfg.proactive_cues`` false only error feedback is inserted (the other rows are what comes before the
 agent acts), so a rollout without a failed call observes exactly what the bare environment returns.
@@ -166,6 +174,8 @@ class SealObservationWrapper:
         self.inserted_cues: list[str] = []
         self.cue_stats: dict[str, Any] = empty_cue_stats(sorted(self.kinds), enabled=cfg.enabled)
         self._pending: list[tuple[str, str]] = []  # (family, cue text) waiting for the next user message
+        self._request = ""  # the pending user request's text (what the affordance cue is about)
+        self._every = cfg.proactive_cues and cfg.placement == omega.EVERY_OBSERVATION
 
     # ------------------------------------------------------------------------------------------------------
     # Gymnasium-style plumbing
@@ -197,19 +207,32 @@ class SealObservationWrapper:
     def reset(self) -> list[dict]:
         """The first turn's user messages, with the start-of-task cues appended to the last of them."""
         msgs = self.env.reset()
+        self._request = _request_text(msgs)
         if not self.kinds or not self.cfg.proactive_cues:
             return msgs
+        return self._add_to_messages(msgs, self._proactive(self.env.tools()))
+
+    def _proactive(self, tools: list[dict]) -> list[tuple[str, str]]:
+        """The blocks that come before the agent acts, for the kinds on: the schema constraints of ``tools``,
+        the call format, the reminders and what the tools can do for the pending request."""
         cues: list[tuple[str, str]] = []
         if omega.SCHEMA_CONSTRAINTS in self.kinds:
-            cues.append(("schema", cue_text.schema_cue(self.env.tools(), max_chars=self.max_schema_chars)))
+            cues.append(("schema", cue_text.schema_cue(tools, max_chars=self.max_schema_chars)))
         if omega.CALL_FORMAT in self.kinds:
             fmt = getattr(self.env, "call_format", None)
             if fmt in cue_text.CALL_FORMATS:  # replay formats (fc, auto) have no syntax to describe
                 cues.append(("schema", cue_text.call_format_cue(fmt, max_chars=self.max_chars)))
         cap_kinds = self.kinds & set(omega.kinds_in_family(omega.CAPABILITY))
         if cap_kinds:
-            cues.append(("capability", cue_text.capability_cue(self.prevalence, cap_kinds, max_chars=self.max_chars)))
-        return self._add_to_messages(msgs, [(f, t) for f, t in cues if t])
+            cues.append(("capability", cue_text.capability_cue(self.prevalence, cap_kinds, max_chars=self.max_chars,
+                                                               trigger_of=self.cfg.trigger_of())))
+        cues += self._affordance(tools)
+        return [(f, t) for f, t in cues if t]
+
+    def _affordance(self, tools: list[dict]) -> list[tuple[str, str]]:
+        if omega.TOOL_AFFORDANCE not in self.kinds:
+            return []
+        return [("capability", cue_text.affordance_cue(tools, self._request, max_chars=self.max_chars))]
 
     def step(self, message: Any) -> Any:
         """Pass ``message`` to the environment unchanged; return its result with the cues applied."""
@@ -263,25 +286,39 @@ class SealObservationWrapper:
                     if text:
                         self._pending.append(("error", PREVIOUS_TURN_PREFIX + text))
 
+        next_user = getattr(result, "next_user", None)
+        # every_observation: the proactive blocks after the step's last tool result, unless a user message
+        # follows in the same observation (it gets them, about its own request)
+        proactive_here: list[tuple[str, str]] = []
+        if self._every and tool_results and not next_user:
+            proactive_here = self._proactive(tools())
+
         out = result
-        if any(per_result):
+        if any(per_result) or proactive_here:
             out = copy.copy(result)
             new_results = []
-            for tr, texts in zip(tool_results, per_result):
-                if texts:
+            last = len(tool_results) - 1
+            for i, (tr, texts) in enumerate(zip(tool_results, per_result)):
+                blocks = [("error", t) for t in _dedupe(texts)] + (proactive_here if i == last else [])
+                if blocks:
                     tr = copy.copy(tr)
-                    tr.content = self._append(tr.content, [("error", t) for t in _dedupe(texts)])
+                    tr.content = self._append(tr.content, blocks)
                 new_results.append(tr)
             out.tool_results = new_results
 
-        # 3. the next user message: carried-over feedback, schema cue for newly revealed functions
-        next_user = getattr(result, "next_user", None)
+        # 3. the next user message: carried-over feedback, then the proactive blocks (every_observation) or the
+        # schema of newly revealed functions and what the tools can do for the new request (start_of_task)
         if next_user:
             cues = _dedupe(self._pending)
             self._pending = []
-            revealed = list(getattr(result, "revealed_tools", None) or [])
-            if revealed and omega.SCHEMA_CONSTRAINTS in self.kinds and self.cfg.proactive_cues:
-                cues.append(("schema", cue_text.schema_cue(revealed, max_chars=self.max_schema_chars)))
+            self._request = _request_text(next_user)
+            if self._every:
+                cues += self._proactive(tools())
+            elif self.cfg.proactive_cues:
+                revealed = list(getattr(result, "revealed_tools", None) or [])
+                if revealed and omega.SCHEMA_CONSTRAINTS in self.kinds:
+                    cues.append(("schema", cue_text.schema_cue(revealed, max_chars=self.max_schema_chars)))
+                cues += self._affordance(tools())
             cues = [(f, t) for f, t in cues if t]
             if cues:
                 if out is result:
@@ -328,6 +365,18 @@ class SealObservationWrapper:
             st["by_family"][family] += 1
             st["chars_by_family"][family] += len(block)
         return content
+
+
+def _request_text(msgs: Any) -> str:
+    """The text of a turn's user messages (string contents and the text parts of structured ones)."""
+    parts = []
+    for m in msgs or []:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts += [str(p.get("text", "")) for p in content if isinstance(p, dict)]
+    return "\n".join(parts)
 
 
 def _dedupe(texts: list) -> list:

@@ -105,6 +105,8 @@ class SealSettings:
             try:
                 if isinstance(section, SealSwitches):
                     SealSwitches.from_dict(section.to_dict())
+                elif isinstance(section, CueEffectConfig):  # after the interface: its budget needs the kinds
+                    section.validate(n_kinds=len(self.interface.kinds()))
                 else:
                     section.validate()
             except (ValueError, TypeError) as exc:

@@ -21,23 +21,23 @@ import json
 import os
 import sys
 import time
-from typing import Optional
+from typing import Optional, Sequence
 from seal_verl.core import extras as EXTRAS
 
 DEFAULT_SAMPLES = 4
 SPLITS = ("train", "eval")
 
 
-def summarise(records: list[dict], confidence: float = 0.95) -> dict:
-    """``{split: {"all" | kind: Effect dict}}`` (and ``"both"``: the splits pooled) from the rollout records."""
+def summarise(records: list[dict], kinds: Sequence[str], confidence: float = 0.95) -> dict:
+    """``{split: {"all" | kind: Effect dict}}`` (and ``"both"``: the splits pooled) from the rollout records of a
+    measurement with ``kinds`` on (its ``current`` condition)."""
     from seal_verl.core import cue_effect as ce
-    from seal_verl.core.interface import CUE_KINDS
 
     out = {}
     for split in sorted({r["split"] for r in records}) + ["both"]:
         chosen = [ce.ProbeRecord(r["condition"], r["task_id"], r["passed"], r["reward"]) for r in records
                   if split == "both" or r["split"] == split]
-        out[split] = {k: e.to_dict() for k, e in ce.effects(chosen, CUE_KINDS, confidence).items()}
+        out[split] = {k: e.to_dict() for k, e in ce.effects(chosen, list(kinds), confidence).items()}
     return out
 
 
@@ -55,9 +55,10 @@ def records_of(gen, split: str, condition: str) -> list[dict]:
     return out
 
 
-def _setup(model: str, task_ids: list[str], sampler, samples: int, out: str):
+def _setup(model: str, task_ids: list[str], sampler, samples: int, out: str, state_source):
     """verl's agent-loop worker over ``task_ids`` with the ledger run's lengths, sampling, agent loops and training
-    reward (its reward options: the per-turn credit), answered by ``sampler``; and the batch of the task rows."""
+    reward (its reward options: the per-turn credit), answered by ``sampler``, its loops reading their cues from
+    ``state_source``; and the batch of the task rows."""
     from transformers import AutoTokenizer
 
     from seal_verl import rollouts as dr
@@ -74,7 +75,7 @@ def _setup(model: str, task_ids: list[str], sampler, samples: int, out: str):
     parquet = dr.write_parquet(dr.dataset_rows(task_ids, loop, "train", "json", env=L.ENV),
                                os.path.join(out, "premise_tasks.parquet"))
     batch = dr.load_batch(parquet, config, AutoTokenizer.from_pretrained(model), samples, uid_prefix="premise-")
-    return dr.make_worker(config, sampler), batch
+    return dr.make_worker(config, sampler, state_source=state_source), batch
 
 
 def measure(model: str, samples: int = DEFAULT_SAMPLES, seed: int = 0,
@@ -90,15 +91,16 @@ def measure(model: str, samples: int = DEFAULT_SAMPLES, seed: int = 0,
     from seal_verl.core.interface import CUE_KINDS
     from seal_verl.models.vllm_sampler import VLLMSampler
     from seal_verl.models.shipped import file_sha256
-    from seal_verl.verl_glue.agent_loop import set_state_source
     from seal_verl.models.warm_start import ledger as L
     from seal_verl.models.warm_start import render as R
+    from seal_verl.models.warm_start.ledger import WARM_KINDS
 
     env = environment(L.ENV)
     folder = tempfile.mkdtemp(prefix="premise-")
     sampler = VLLMSampler(model, AutoTokenizer.from_pretrained(model), seed)
-    conds = ce.distinct(ce.conditions(CUE_KINDS))
+    conds = ce.distinct(ce.conditions(WARM_KINDS))  # the kinds the ledger run switches on
     records: list[dict] = []
+    current: dict = {"state": None}  # the cue state of the condition being sampled
     started = time.time()
 
     async def go():
@@ -107,14 +109,12 @@ def measure(model: str, samples: int = DEFAULT_SAMPLES, seed: int = 0,
             for split in splits:
                 out = os.path.join(folder, split)
                 os.makedirs(out, exist_ok=True)
-                worker, batch = _setup(model, env.task_ids(split), sampler, samples, out)
+                worker, batch = _setup(model, env.task_ids(split), sampler, samples, out,
+                                       state_source=lambda _step: current["state"])
                 for name, kinds in conds.items():
                     t = time.time()
-                    set_state_source(R.cue_state(tuple(kinds)))
-                    try:
-                        gen = await worker.generate_sequences(batch)
-                    finally:
-                        set_state_source(None)
+                    current["state"] = R.cue_state(tuple(kinds))  # what this condition's rollouts read
+                    gen = await worker.generate_sequences(batch)
                     found = records_of(gen, split, name)
                     records.extend(found)
                     progress(f"[premise] {split} {name}: {len(found)} rollouts, mean reward "
@@ -130,7 +130,7 @@ def measure(model: str, samples: int = DEFAULT_SAMPLES, seed: int = 0,
             "tokens_per_second": round(sampler.generated_tokens / max(seconds, 1e-9), 1),
             "tasks": {s: len(env.task_ids(s)) for s in splits},
             "conditions": {n: sorted(k, key=list(CUE_KINDS).index) for n, k in conds.items()},
-            "summary": summarise(records, confidence), "records": records}
+            "summary": summarise(records, WARM_KINDS, confidence), "records": records}
 
 
 def format_table(result: dict) -> str:

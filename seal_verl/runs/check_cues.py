@@ -150,10 +150,13 @@ def _probe_problems(run: Any, k: int, row: dict, probe: dict, confidence: float)
         if not isinstance(e, dict):
             out.append(f"effect of {key!r} is not a record of numbers")
             continue
-        for field, value in mine.to_dict().items():
+        fields = mine.to_dict()
+        if "n_pairs" not in e:  # a folder written before the paired interval holds the unpaired one of that time
+            fields = {f: v for f, v in fields.items() if f in ("with", "without", "diff", "n_with", "n_without")}
+        for field, value in fields.items():
             if not _same(e.get(field), value):
                 out.append(f"{key} {field} {e.get(field)} on file, {value:.4f} from the probe's rollouts")
-        for suffix, value in (("", mine.diff), ("/lo", mine.lo), ("/hi", mine.hi)):
+        for suffix, value in (("", mine.diff),) + ((("/lo", mine.lo), ("/hi", mine.hi)) if "n_pairs" in e else ()):
             name = f"seal/cue_effect/{key}{suffix}"
             if (suffix == "" or name in metrics) and not _same(metrics.get(name), value):
                 out.append(f"metric {name} is {metrics.get(name)}, the rollouts give {value:.4f}")

@@ -33,6 +33,7 @@ from typing import Optional
 
 from seal_verl.runs import folder as RF
 from seal_verl.core.cue_effect import short_line
+from seal_verl.core.interface import SHORT_NAMES
 
 #: log line pattern -> phase shown next to the progress bar (the last one seen wins)
 PHASES = (
@@ -57,8 +58,7 @@ STALL_MIN_S = 300.0
 SHORT_LABELS = (("pass", "ok"), ("correct_abstention", "abst"), ("invalid_tool_call", "inv"),
                 ("argument_mismatch", "arg"), ("state_mismatch", "state"), ("recovery_failure", "recov"),
                 ("missing_tool_call", "miss"), ("response_mismatch", "resp"), ("spurious_tool_call", "spur"))
-SHORT_KINDS = {"call_format": "fmt", "schema_constraints": "schema", "tool_affordance": "afford",
-               "error_recovery": "recov", "ask_or_abstain": "ask"}
+SHORT_KINDS = SHORT_NAMES
 
 
 def _kinds(kinds) -> str:
@@ -338,7 +338,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--no-progress", action="store_true", help="no progress bar, only the step lines")
     args = p.parse_args(argv)
     from seal_verl import env_vars
-
     env_vars.check_or_exit("run_watch")
     if not os.path.isdir(args.run_dir):
         print(f"run_watch: error: no run folder {args.run_dir}", file=sys.stderr)

@@ -84,7 +84,7 @@ def test_due(step, last, active, expected):
     assert ce.due(ce.CueEffectConfig(every=0), step, None, active) is False
 
 
-def test_pick_tasks_is_fixed_and_fits_the_budget():
+def test_pick_tasks_is_deterministic_and_fits_the_budget():
     ids = [f"task_{i}" for i in range(40)]
     cfg = ce.CueEffectConfig(tasks=16, samples=2, max_rollouts=64)
     a = ce.pick_tasks(ids, cfg, 2, seed=0, probe_index=0)
@@ -92,6 +92,89 @@ def test_pick_tasks_is_fixed_and_fits_the_budget():
     assert len(ce.pick_tasks(ids, cfg, 7, seed=0, probe_index=0)) == 64 // 14  # 7 conditions x 2 samples: 4 fit
     with pytest.raises(ValueError, match="no training task"):
         ce.pick_tasks([], cfg, 2, seed=0, probe_index=0)
+
+    with pytest.raises(ValueError, match="probe_index"):
+        ce.pick_tasks(ids, cfg, 2, seed=0, probe_index=-1)
+
+
+def test_pick_tasks_rotates_over_the_pool_between_probes():
+    """Successive probes of one run take different tasks and cover the pool before a task comes again; the run's
+    seed decides the order."""
+    ids = [f"task_{i:02d}" for i in range(64)]
+    cfg = ce.CueEffectConfig(tasks=8, samples=2, max_rollouts=224)
+    probes = [ce.pick_tasks(ids, cfg, 7, seed=5, probe_index=i) for i in range(8)]
+    drawn = [t for p in probes for t in p]
+    assert all(len(p) == len(set(p)) == 8 for p in probes)
+    assert sorted(drawn) == ids  # 8 probes x 8 tasks: every task exactly once
+    again = ce.pick_tasks(ids, cfg, 7, seed=5, probe_index=8)
+    assert set(again) & set(drawn) and again == probes[0]  # then the same order again
+    other = [ce.pick_tasks(ids, cfg, 7, seed=6, probe_index=i) for i in range(2)]
+    assert other != probes[:2]
+    # a pool that the window does not divide: no task comes twice before all have come once
+    odd = ids[:20]
+    seen: list[str] = []
+    for i in range(3):
+        seen += ce.pick_tasks(odd, cfg, 7, seed=1, probe_index=i)
+    assert sorted(set(seen[:20])) == sorted(odd) and len(seen) == 24
+
+
+def test_paired_interval_by_hand():
+    """Five tasks, two samples each under both conditions. Per-task differences 0.5, 0.5, 0, 0, 1: mean 0.4,
+    sample variance 0.7 / 4 = 0.175, standard error sqrt(0.175 / 5) = 0.187083, t(0.975, 4) = 2.776445 (tables),
+    half-width 0.519427."""
+    cur = {"t1": [1, 0], "t2": [1, 1], "t3": [0, 0], "t4": [1, 0], "t5": [1, 1]}
+    none = {"t1": [0, 0], "t2": [1, 0], "t3": [0, 0], "t4": [1, 0], "t5": [0, 0]}
+    recs = [ce.ProbeRecord("current", t, bool(v)) for t, vs in cur.items() for v in vs]
+    recs += [ce.ProbeRecord("none", t, bool(v)) for t, vs in none.items() for v in vs]
+    e = ce.effects(recs, ["call_format"])["all"]
+    assert e.diff == pytest.approx(0.4) and e.n_pairs == 5
+    assert e.lo == pytest.approx(0.4 - 0.519427, abs=1e-5) and e.hi == pytest.approx(0.4 + 0.519427, abs=1e-5)
+    # beside it the unpaired interval (Newcombe's, 6/10 against 2/10)
+    assert (e.unpaired_lo, e.unpaired_hi) == pytest.approx(ce.newcombe_interval(6, 10, 2, 10))
+    assert e.to_dict()["n_pairs"] == 5 and ce.Effect.from_dict(e.to_dict()) == e
+
+
+def test_paired_interval_without_a_spread_keeps_the_unpaired_one():
+    # one task: no variance from one difference
+    one = ce.effect([1, 1, 0, 1], [0, 0, 0, 1], 0.95, ["t"] * 4, ["t"] * 4)
+    assert one.n_pairs == 1 and (one.lo, one.hi) == (one.unpaired_lo, one.unpaired_hi)
+    # the same difference on every task: a zero spread would claim certainty
+    same = ce.effect([1, 0, 1, 0], [0, 0, 0, 0], 0.95, ["a", "a", "b", "b"], ["a", "a", "b", "b"])
+    assert same.n_pairs == 2 and (same.lo, same.hi) == (same.unpaired_lo, same.unpaired_hi)
+    assert same.hi > same.lo
+    # no tasks given: the unpaired interval
+    plain = ce.effect([1, 0], [0, 0])
+    assert plain.n_pairs == 0 and (plain.lo, plain.hi) == (plain.unpaired_lo, plain.unpaired_hi)
+
+
+def test_welch_interval_uses_the_t_quantile_with_welch_satterthwaite_df():
+    """Means 0.5 and 0.25, both sample variances 1/24, four values a side: standard error sqrt(2 / 96) = 0.144338,
+    Welch-Satterthwaite df = 6, t(0.975, 6) = 2.446912 (tables): half-width 0.353183 (a normal quantile would give
+    0.282896, too narrow)."""
+    lo, hi = ce.mean_difference_interval([0.5, 0.25, 0.75, 0.5], [0.25, 0.0, 0.25, 0.5])
+    assert lo == pytest.approx(0.25 - 0.353183, abs=1e-5) and hi == pytest.approx(0.25 + 0.353183, abs=1e-5)
+
+
+@pytest.mark.parametrize("p,df,expected", [(0.975, 1, 12.706205), (0.975, 7, 2.364624), (0.995, 2, 9.924843),
+                                           (0.975, 30, 2.042272), (0.025, 7, -2.364624)])
+def test_t_quantile_matches_the_tables(p, df, expected):
+    assert ce.t_quantile(p, df) == pytest.approx(expected, abs=1e-6)
+
+
+def test_effects_written_before_the_paired_interval_still_read():
+    old = {"with": 0.5, "without": 0.25, "diff": 0.25, "lo": -0.1, "hi": 0.6, "n_with": 8, "n_without": 8}
+    e = ce.Effect.from_dict(old)
+    assert (e.lo, e.hi) == (e.unpaired_lo, e.unpaired_hi) == (-0.1, 0.6) and e.n_pairs == 0
+    assert ce.short_line({"all": old}) == "effect all +.25 [-.10,+.60]"
+
+
+def test_the_budget_follows_the_configured_kinds():
+    cfg = ce.CueEffectConfig(samples=2, max_rollouts=10)
+    cfg.validate(n_kinds=3)  # the paper's three triggers: 2 x (2 + 3) = 10
+    with pytest.raises(ValueError, match="samples x 7"):
+        ce.CueEffectConfig(samples=2, max_rollouts=10).validate()
+    with pytest.raises(ValueError, match="samples x 8"):
+        ce.CueEffectConfig(samples=2, max_rollouts=14).validate(n_kinds=6)
 
 
 def test_pick_tasks_rotates_over_the_pool_with_the_runs_seed():
@@ -203,7 +286,8 @@ def test_dense_reward_effect_uses_the_reward_and_a_welch_interval():
     e = ce.effects(recs, ["call_format"])["all"]
     assert (e.with_, e.without, e.diff) == (0.6875, 0.25, 0.4375)
     lo, hi = ce.mean_difference_interval([0.5, 0.75, 0.5, 1.0], [0.0, 0.25, 0.5, 0.25])
-    assert (e.lo, e.hi) == (lo, hi) and lo < e.diff < hi and lo > 0  # this difference is resolved
+    assert (e.unpaired_lo, e.unpaired_hi) == (lo, hi) and lo < e.diff < hi and lo > 0  # resolved unpaired
+    assert e.n_pairs == 4 and e.lo < e.diff < e.hi  # paired over the four tasks
     # 0/1 rewards are pass rates: Newcombe's interval, the same as without rewards
     binary = [ce.ProbeRecord(r.condition, r.task_id, r.reward >= 0.75, float(r.reward >= 0.75)) for r in recs]
     assert ce.effects(binary, ["call_format"])["all"] == ce.effects(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from seal_verl.core import taxonomy as tx
-from seal_verl.core.interface import CUE_KINDS, InterfaceConfig, active_kinds
+from seal_verl.core.interface import DEFAULT_TRIGGERS, InterfaceConfig, active_kinds
 from seal_verl.core.loop import SealSwitches, closed_loop_step, initial
 from seal_verl.core.profile import TrajectoryRecord, aggregate
 from seal_verl.core.weighting import WeightingConfig
@@ -57,9 +57,9 @@ def test_abstention_turns_are_too_rare_for_a_share_of_all_turns(train_turns):
     assert sp.n_abstention_turns == n_abst
 
 
-@pytest.mark.parametrize("kind", sorted(CUE_KINDS))
+@pytest.mark.parametrize("kind", sorted(DEFAULT_TRIGGERS.values()))
 def test_every_cue_kind_switches_on_from_the_training_split(train_turns, kind):
-    trigger = CUE_KINDS[kind].trigger
+    trigger = {k: label for label, k in DEFAULT_TRIGGERS.items()}[kind]
     records = _records(train_turns, trigger, every=5)  # 20% of the turns where the trigger can occur
     cfg = InterfaceConfig(ema_beta=1.0)
     sw = SealSwitches()
@@ -68,7 +68,7 @@ def test_every_cue_kind_switches_on_from_the_training_split(train_turns, kind):
     assert sp.rate[trigger] == pytest.approx(0.2, abs=0.01)
     assert kind in active_kinds(state.interface), (kind, sp.rate[trigger], sp.prevalence[trigger])
     # only the kinds whose trigger is this label
-    assert active_kinds(state.interface) == {k for k, c in CUE_KINDS.items() if c.trigger == trigger}
+    assert active_kinds(state.interface) == {DEFAULT_TRIGGERS[trigger]}
     assert state.history[-1]["rate"][trigger] == pytest.approx(sp.rate[trigger], abs=1e-6)
 
 

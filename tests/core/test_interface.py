@@ -9,6 +9,7 @@ from seal_verl.core import taxonomy as tx
 from seal_verl.core.cues import TRUNCATION_MARKER, call_format_cue, capability_cue, cue_stats, error_cue, schema_cue
 from seal_verl.core.interface import (
     CUE_KINDS,
+    DEFAULT_TRIGGERS,
     FAMILIES,
     InterfaceConfig,
     InterfaceState,
@@ -21,10 +22,13 @@ from seal_verl.core.interface import (
 from seal_verl.core.trace import PARSE_BAD_STRUCTURE, PARSE_BAD_SYNTAX, PARSE_NON_LITERAL, CallRecord
 
 CFG = InterfaceConfig(on_threshold=0.15, off_threshold=0.05, patience=2).validate()
+#: kind -> its trigger label under the default map, and the kinds that map switches on
+TRIGGER = {kind: label for label, kind in DEFAULT_TRIGGERS.items()}
+DEFAULT_KINDS = tuple(k for k in CUE_KINDS if k in TRIGGER)
 
 
 def _run(seq, kind="tool_affordance", cfg=CFG):
-    trigger = CUE_KINDS[kind].trigger
+    trigger = TRIGGER[kind]
     state = initial_state(cfg)
     out = []
     for p in seq:
@@ -41,14 +45,14 @@ def test_activation_map_matches_design():
         tx.INVALID_TOOL_CALL: "schema",
         tx.SPURIOUS_TOOL_CALL: "capability",
     }
-    assert {k.trigger: k.family for k in CUE_KINDS.values()} == expected
+    assert {label: CUE_KINDS[k].family for label, k in DEFAULT_TRIGGERS.items()} == expected
     assert set(FAMILIES) == {k.family for k in CUE_KINDS.values()}
     assert set(kinds_in_family("schema")) == {"call_format", "schema_constraints"}
 
 
-@pytest.mark.parametrize("kind", list(CUE_KINDS))
+@pytest.mark.parametrize("kind", DEFAULT_KINDS)
 def test_each_kind_is_switched_by_its_own_label_only(kind):
-    state = evolve(initial_state(CFG), {CUE_KINDS[kind].trigger: 0.5}, CFG)
+    state = evolve(initial_state(CFG), {TRIGGER[kind]: 0.5}, CFG)
     assert active_kinds(state) == {kind}
     assert active_families(state) == {CUE_KINDS[kind].family}
 
@@ -100,14 +104,14 @@ def test_fixed_all_on_ignores_profile():
     assert all(s.active.values())
     for _ in range(4):
         s = evolve(s, {k: 0.0 for k in tx.PROFILE_KEYS}, cfg)
-    assert active_kinds(s) == set(CUE_KINDS)
+    assert active_kinds(s) == set(DEFAULT_KINDS)
 
 
 def test_disabled_is_always_off():
     cfg = InterfaceConfig(enabled=False, fixed_all_on=True).validate()
     s = initial_state(cfg)
     assert not any(s.active.values())
-    s = evolve(s, {CUE_KINDS[k].trigger: 1.0 for k in CUE_KINDS}, cfg)
+    s = evolve(s, {label: 1.0 for label in DEFAULT_TRIGGERS}, cfg)
     assert not any(s.active.values())
 
 
@@ -116,17 +120,17 @@ def test_without_proactive_cues_capability_kinds_never_switch_on(fixed_all_on):
     """Capability kinds only add text before the agent acts; with reactive cues only they have nothing to
     give, so they stay off even when their triggers are at 1, while every other kind still follows its label."""
     cfg = InterfaceConfig(proactive_cues=False, fixed_all_on=fixed_all_on).validate()
-    reactive = {k for k, v in CUE_KINDS.items() if v.family != "capability"}
+    reactive = {k for k in DEFAULT_KINDS if CUE_KINDS[k].family != "capability"}
     assert set(cfg.switchable_kinds()) == reactive and reactive == {"call_format", "schema_constraints", "error_recovery"}
     s = initial_state(cfg)
     assert active_kinds(s) == (reactive if fixed_all_on else set())
     for _ in range(3):
-        s = evolve(s, {CUE_KINDS[k].trigger: 1.0 for k in CUE_KINDS}, cfg)
+        s = evolve(s, {label: 1.0 for label in DEFAULT_TRIGGERS}, cfg)
         assert active_kinds(s) == reactive
 
 
 def test_switchable_kinds_follow_the_switches():
-    assert InterfaceConfig().switchable_kinds() == tuple(CUE_KINDS)
+    assert InterfaceConfig().switchable_kinds() == DEFAULT_KINDS
     assert InterfaceConfig(enabled=False).switchable_kinds() == ()
     assert InterfaceConfig(enabled=False, proactive_cues=False).switchable_kinds() == ()
 
@@ -362,11 +366,15 @@ def test_error_cue_exec_hint_does_not_repeat_error_text():
 
 def test_capability_cue_orders_by_prevalence():
     prev = {tx.SPURIOUS_TOOL_CALL: 0.3, tx.MISSING_TOOL_CALL: 0.4}
-    text = capability_cue(prev, {"ask_or_abstain", "tool_affordance"})
+    # the behavioural sentence ranks by the label the trigger map gives it
+    act = {"ask_or_abstain": tx.SPURIOUS_TOOL_CALL, "act_with_tools": tx.MISSING_TOOL_CALL}
+    text = capability_cue(prev, {"ask_or_abstain", "act_with_tools"}, trigger_of=act)
     assert text.index("tool call before answering in text") < text.index("ask the user")
     prev[tx.SPURIOUS_TOOL_CALL] = 0.5
-    text = capability_cue(prev, {"ask_or_abstain", "tool_affordance"})
+    text = capability_cue(prev, {"ask_or_abstain", "act_with_tools"}, trigger_of=act)
     assert text.index("ask the user") < text.index("tool call before answering in text")
+    # the affordance kind has no reminder (affordance_cue renders it from the tools and the request)
+    assert capability_cue(prev, {"tool_affordance"}) == ""
     assert "0.5" not in text
     assert capability_cue(prev, set()) == ""
     with pytest.raises(ValueError, match="unknown cue kind"):
@@ -376,3 +384,52 @@ def test_capability_cue_orders_by_prevalence():
 def test_cue_stats():
     assert cue_stats("") == {"chars": 0, "lines": 0, "empty": 1}
     assert cue_stats("ab\ncd") == {"chars": 5, "lines": 2, "empty": 0}
+
+
+# ------------------------------------------------------------------------------------------ the trigger map
+
+
+def test_the_paper_names_three_triggers_and_the_default_adds_two():
+    from seal_verl.core.interface import PAPER_TRIGGERS
+
+    assert PAPER_TRIGGERS == {tx.ARGUMENT_MISMATCH: "schema_constraints", tx.MISSING_TOOL_CALL: "tool_affordance",
+                              tx.RECOVERY_FAILURE: "error_recovery"}
+    assert DEFAULT_TRIGGERS == {**PAPER_TRIGGERS, tx.INVALID_TOOL_CALL: "call_format",
+                                tx.SPURIOUS_TOOL_CALL: "ask_or_abstain"}
+    assert "act_with_tools" in CUE_KINDS and "act_with_tools" not in DEFAULT_TRIGGERS.values()
+
+
+def test_a_switched_off_trigger_keeps_its_kind_off_and_out_of_the_state():
+    cfg = InterfaceConfig(triggers={**DEFAULT_TRIGGERS, tx.INVALID_TOOL_CALL: None}).validate()
+    assert cfg.kinds() == tuple(k for k in DEFAULT_KINDS if k != "call_format")
+    s = evolve(initial_state(cfg), {label: 1.0 for label in DEFAULT_TRIGGERS}, cfg)
+    assert active_kinds(s) == set(cfg.kinds()) and "call_format" not in s.active
+    fixed = InterfaceConfig(triggers=dict(cfg.triggers), fixed_all_on=True).validate()
+    assert active_kinds(initial_state(fixed)) == set(cfg.kinds())
+    # a state saved under this map comes back with the same kinds
+    assert InterfaceState.from_dict(s.to_dict()).active == s.active
+
+
+def test_a_label_can_switch_another_kind_on():
+    cfg = InterfaceConfig(triggers={tx.MISSING_TOOL_CALL: "act_with_tools", tx.STATE_MISMATCH: "error_recovery"})
+    cfg.validate()
+    s = evolve(initial_state(cfg), {tx.MISSING_TOOL_CALL: 0.5, tx.RECOVERY_FAILURE: 0.9}, cfg)
+    assert active_kinds(s) == {"act_with_tools"}
+    s = evolve(s, {tx.STATE_MISMATCH: 0.5}, cfg)
+    assert active_kinds(s) == {"act_with_tools", "error_recovery"}
+
+
+@pytest.mark.parametrize("triggers,msg", [
+    ({"pass": "call_format"}, "not a failure label"), ({tx.MISSING_TOOL_CALL: "hint_everything"}, "unknown cue kind"),
+    ({tx.MISSING_TOOL_CALL: "tool_affordance", tx.STATE_MISMATCH: "tool_affordance"}, "named by both"),
+    ("call_format", "mapping")])
+def test_bad_trigger_maps_are_refused(triggers, msg):
+    with pytest.raises(ValueError, match=msg):
+        InterfaceConfig(triggers=triggers).validate()
+
+
+def test_placement_is_one_of_two():
+    assert InterfaceConfig().placement == "start_of_task"
+    InterfaceConfig(placement="every_observation").validate()
+    with pytest.raises(ValueError, match="placement must be one of start_of_task, every_observation"):
+        InterfaceConfig(placement="everywhere").validate()

@@ -7,11 +7,12 @@ import os
 import pytest
 
 from seal_verl.core import taxonomy as tx
-from seal_verl.core.interface import CUE_KINDS, InterfaceConfig, active_kinds
+from seal_verl.core.interface import DEFAULT_TRIGGERS, InterfaceConfig, active_kinds
 from seal_verl.core.loop import ClosedLoopState, SealSwitches, closed_loop_step, initial, metrics
 from seal_verl.core.profile import TrajectoryRecord
 from seal_verl.core.weighting import WeightingConfig
 
+CUE_KINDS = tuple(DEFAULT_TRIGGERS.values())  # the kinds the default trigger map switches on
 ICFG = InterfaceConfig(ema_beta=1.0).validate()  # no smoothing: each step's prevalence drives evolve directly
 WCFG_DYN = WeightingConfig(dynamic=True, n_conf=2).validate()
 ALL_SWITCHES = [SealSwitches(*combo) for combo in itertools.product([True, False], repeat=3)]

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from env_wrappers.bfcl.environment import perturb as P
 from env_wrappers.bfcl.environment.env import REVEAL_MESSAGE, BFCLEnv
 from env_wrappers.bfcl.environment.examples import examples
 from env_wrappers.bfcl.environment.tasks import load_tasks
@@ -192,13 +193,14 @@ def test_first_message_cues(tasks):
     bare = BFCLEnv(task).reset()
     assert msgs[0]["content"].startswith(bare[0]["content"] + CUE_SEPARATOR + HINT_PREFIX)
     blocks = hints(msgs[0]["content"])
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     assert blocks[0].startswith(HINT_PREFIX + "Function parameters")
     assert "- cd(folder*: string)" in blocks[0] and "sort(" not in blocks[0]  # held-out function not shown
     assert blocks[1].startswith(HINT_PREFIX + "Tool call format") and "<tool_call>" in blocks[1]
     assert blocks[2].startswith(HINT_PREFIX + "Reminders:")
-    assert w.cue_stats["by_family"] == {"schema": 2, "error": 0, "capability": 1}
-    assert w.cue_stats["count"] == 3 and w.cue_stats["chars"] == sum(map(len, w.inserted_cues))
+    assert blocks[3].startswith(HINT_PREFIX + "What the offered tools can do for this request:")
+    assert w.cue_stats["by_family"] == {"schema": 2, "error": 0, "capability": 2}
+    assert w.cue_stats["count"] == 4 and w.cue_stats["chars"] == sum(map(len, w.inserted_cues))
     assert len(msgs[0]["content"]) - len(bare[0]["content"]) == w.cue_stats["chars"]
 
 
@@ -206,7 +208,8 @@ def test_first_message_cues(tasks):
     ({"schema_constraints"}, {"schema": 1, "capability": 0}),
     ({"call_format"}, {"schema": 1, "capability": 0}),
     ({"tool_affordance"}, {"schema": 0, "capability": 1}),
-    ({"ask_or_abstain", "tool_affordance"}, {"schema": 0, "capability": 1}),
+    ({"ask_or_abstain", "act_with_tools"}, {"schema": 0, "capability": 1}),
+    ({"ask_or_abstain", "tool_affordance"}, {"schema": 0, "capability": 2}),
     ({"error_recovery"}, {"schema": 0, "capability": 0}),
 ])
 def test_first_message_gated_by_kind(tasks, kinds, families):
@@ -217,11 +220,14 @@ def test_first_message_gated_by_kind(tasks, kinds, families):
     assert w.cue_stats["active_kinds"] == sorted(kinds)
 
 
+ACT = omega.InterfaceConfig(triggers={**omega.DEFAULT_TRIGGERS, "missing_tool_call": "act_with_tools"}).validate()
+
+
 def test_capability_cue_follows_prevalence(tasks):
-    kinds = ("tool_affordance", "ask_or_abstain")
-    a = SealObservationWrapper(BFCLEnv(tasks[BASE]), state(*kinds), omega.InterfaceConfig(),
+    kinds = ("act_with_tools", "ask_or_abstain")
+    a = SealObservationWrapper(BFCLEnv(tasks[BASE]), state(*kinds), ACT,
                                {"spurious_tool_call": 0.5, "missing_tool_call": 0.1}).reset()[0]["content"]
-    b = SealObservationWrapper(BFCLEnv(tasks[BASE]), state(*kinds), omega.InterfaceConfig(),
+    b = SealObservationWrapper(BFCLEnv(tasks[BASE]), state(*kinds), ACT,
                                {"spurious_tool_call": 0.1, "missing_tool_call": 0.5}).reset()[0]["content"]
     assert a.index("ask the user") < a.index("Complete every") and b.index("Complete every") < b.index("ask the user")
 
@@ -352,7 +358,7 @@ def test_cues_are_bounded_and_stats_are_consistent(tasks):
 
 def test_fixed_all_on_ignores_the_state(tasks):
     w = SealObservationWrapper(BFCLEnv(tasks[BASE]), state(), omega.InterfaceConfig(fixed_all_on=True), {})
-    assert w.kinds == frozenset(ALL)
+    assert w.kinds == frozenset(omega.DEFAULT_TRIGGERS.values())  # every configured kind
 
 
 def test_bad_prevalence_is_rejected(tasks):
@@ -433,21 +439,20 @@ def test_works_on_any_env_with_the_interface():
 
 def test_no_closed_loop_does_not_rank_capability_reminders(tasks):
     """Without the closed loop nothing adapts to C_t: the failure rates must not reorder the reminders."""
-    kinds = ("tool_affordance", "ask_or_abstain")
-    fixed = omega.InterfaceConfig(fixed_all_on=True)
+    kinds = ("act_with_tools", "ask_or_abstain")
+    fixed = omega.InterfaceConfig(triggers=dict(ACT.triggers), fixed_all_on=True)
     texts = []
     for prevalence in ({}, {"spurious_tool_call": 0.9, "missing_tool_call": 0.0},
                        {"spurious_tool_call": 0.0, "missing_tool_call": 0.9}):
         w = SealObservationWrapper(BFCLEnv(tasks[BASE]), state(*kinds), fixed, prevalence)
         assert w.prevalence == {}
-        texts.append(cue_text.capability_cue(w.prevalence, set(kinds) & w.kinds))
+        texts.append(cue_text.capability_cue(w.prevalence, set(kinds) & w.kinds, trigger_of=fixed.trigger_of()))
     assert texts[0] == texts[1] == texts[2]
     # with the closed loop the same rates do reorder them
-    a = SealObservationWrapper(BFCLEnv(tasks[BASE]), state(*kinds), omega.InterfaceConfig(),
-                               {"spurious_tool_call": 0.9})
-    b = SealObservationWrapper(BFCLEnv(tasks[BASE]), state(*kinds), omega.InterfaceConfig(),
-                               {"missing_tool_call": 0.9})
-    assert cue_text.capability_cue(a.prevalence, set(kinds)) != cue_text.capability_cue(b.prevalence, set(kinds))
+    a = SealObservationWrapper(BFCLEnv(tasks[BASE]), state(*kinds), ACT, {"spurious_tool_call": 0.9})
+    b = SealObservationWrapper(BFCLEnv(tasks[BASE]), state(*kinds), ACT, {"missing_tool_call": 0.9})
+    assert cue_text.capability_cue(a.prevalence, set(kinds), trigger_of=ACT.trigger_of()) != \
+        cue_text.capability_cue(b.prevalence, set(kinds), trigger_of=ACT.trigger_of())
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -495,5 +500,63 @@ def test_reactive_only_has_no_reveal_cue_but_keeps_error_feedback(tasks):
 def test_no_closed_loop_without_proactive_cues_keeps_only_the_kinds_with_feedback(tasks):
     cfg = omega.InterfaceConfig(fixed_all_on=True, proactive_cues=False).validate()
     w = SealObservationWrapper(BFCLEnv(tasks[BASE]), state(), cfg, {})
-    assert w.kinds == frozenset(k for k, v in omega.CUE_KINDS.items() if v.family != omega.CAPABILITY)
+    assert w.kinds == frozenset(k for k in cfg.kinds() if omega.CUE_KINDS[k].family != omega.CAPABILITY)
     assert w.reset() == BFCLEnv(tasks[BASE]).reset()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# placement: start_of_task (once) or every_observation (the paper's formula, on each observation)
+# ----------------------------------------------------------------------------------------------------------
+
+PROACTIVE = ("schema_constraints", "call_format", "ask_or_abstain", "tool_affordance")
+
+
+def _placed(tasks, placement, tid=BASE):
+    """Every observation of the ground-truth trajectory, as (where, [cue blocks in it])."""
+    cfg = omega.InterfaceConfig(placement=placement).validate()
+    w = SealObservationWrapper(BFCLEnv(tasks[tid]), state(*PROACTIVE), cfg, {})
+    out = [("user", hints(w.reset()[-1]["content"]))]
+    for gt in tasks[tid].ground_truth:
+        for msg in [P.render_step(tasks[tid], [c], "json") for c in gt] + ["Done."]:
+            r = w.step(msg)
+            for t in r.tool_results:
+                out.append(("tool", hints(t.content)))
+            if r.next_user:
+                out.append(("user", hints(r.next_user[-1]["content"])))
+            if r.turn_done:
+                break
+    return w, out
+
+
+def test_every_observation_repeats_the_schema_and_capability_cues(tasks):
+    w, seen = _placed(tasks, "every_observation")
+    steps_with_results = [b for where, b in seen if where == "tool" and b]
+    users = [b for where, b in seen if where == "user"]
+    assert len(users) == len(tasks[BASE].ground_truth)  # the first message and every later request
+    for blocks in users:
+        assert any(b.startswith(HINT_PREFIX + "Function parameters") for b in blocks)
+        assert any(b.startswith(HINT_PREFIX + "Reminders:") for b in blocks)
+    # each step with tool results carries the blocks once, after its last result
+    assert steps_with_results and all(any(b.startswith(HINT_PREFIX + "Function parameters") for b in blocks)
+                                      for blocks in steps_with_results)
+    assert w.cue_stats["by_family"]["schema"] >= 2 * (len(users) + len(steps_with_results))
+
+
+def test_start_of_task_puts_them_in_the_first_message_only(tasks):
+    w, seen = _placed(tasks, "start_of_task")
+    first, rest = seen[0][1], seen[1:]
+    assert any(b.startswith(HINT_PREFIX + "Function parameters") for b in first)
+    assert any(b.startswith(HINT_PREFIX + "Reminders:") for b in first)
+    assert not any(b.startswith(HINT_PREFIX + ("Function parameters", "Reminders:", "Tool call format")[i])
+                   for _, blocks in rest for b in blocks for i in range(3))
+    # the affordance cue is about a request: it comes with each request that names what a tool does
+    later = [blocks for where, blocks in rest if where == "user"]
+    assert any(b.startswith(HINT_PREFIX + "What the offered tools can do") for blocks in later for b in blocks)
+    assert all(not blocks for where, blocks in rest if where == "tool")
+
+
+def test_every_observation_costs_more_and_changes_no_tool_result(tasks):
+    start, _ = _placed(tasks, "start_of_task")
+    every, _ = _placed(tasks, "every_observation")
+    assert every.cue_stats["chars"] > 2 * start.cue_stats["chars"]
+    assert every.trace.to_json() == start.trace.to_json()  # the same calls ran with the same results

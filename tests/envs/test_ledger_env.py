@@ -194,6 +194,17 @@ def test_the_ledger_overlay_composes_with_the_sweeps_choice_and_the_recipes_cues
     assert cfg.data.max_prompt_length <= 1280
 
 
+def test_the_warm_start_reads_the_cue_kinds_the_ledger_run_switches_on():
+    """The ledger overlay's trigger map (the behavioural sentence for missing_tool_call, the affordance cue the
+    shipped warm start was trained on) is the one the warm start renders its cued rows under."""
+    from seal_verl.verl_glue.config import check_run_config
+    from seal_verl.models.warm_start import ledger as L
+
+    cfg = check_run_config(_compose_ledger("variant=seal")).interface
+    assert cfg.triggers == L.LEDGER_TRIGGERS and cfg.kinds() == L.WARM_KINDS
+    assert "act_with_tools" in L.WARM_KINDS and "tool_affordance" not in L.WARM_KINDS
+
+
 def _ledger_score(task, turns, **options) -> float:
     """The training reward (``score``) of a played rollout, through the reward function verl loads."""
     from reward_fns.seal_reward import compute_score

@@ -12,8 +12,11 @@ import pytest
 from _paths import REPO
 
 from seal_verl.core import cue_effect as ce
-from seal_verl.core.interface import CUE_KINDS
+from seal_verl.core.interface import DEFAULT_TRIGGERS, ordered
 from seal_verl.models.warm_start import cue_reading as CR
+
+#: the kinds a measurement switches on unless told otherwise: those of the default trigger map
+CUE_KINDS = tuple(ordered(DEFAULT_TRIGGERS.values()))
 
 SHIPPED = os.path.join(REPO, "recipes", "ledger_cpu", "model")
 
@@ -30,7 +33,8 @@ def test_measure_samples_each_condition_and_its_numbers_recompute(tmp_path):
     from seal_verl.models.warm_start import ledger as L
 
     tasks = dr.environment("ledger").task_ids("train")[:2]
-    result = CR.measure(L.TARGET, SHIPPED, tasks, samples=2, seed=0)
+    progress = str(tmp_path / "progress.json")
+    result = CR.measure(L.TARGET, SHIPPED, tasks, samples=2, seed=0, progress=progress)
     # the probe's conditions with every kind on: current, none, and one leave-one-out per kind
     assert set(result["conditions"]) == {ce.CURRENT, ce.NONE} | {ce.drop_name(k) for k in CUE_KINDS}
     assert result["conditions"][ce.CURRENT] == list(CUE_KINDS) and result["conditions"][ce.NONE] == []
@@ -40,9 +44,23 @@ def test_measure_samples_each_condition_and_its_numbers_recompute(tmp_path):
     for name, e in result["effects"].items():
         without = values[ce.NONE] if name == ce.ALL else values[ce.drop_name(name)]
         again = ce.effect(values[ce.CURRENT], without, result["confidence"])
-        assert e == pytest.approx(again.to_dict()), name
+        assert e["with"] == again.with_ and e["without"] == again.without, name
+        assert (e["unpaired_lo"], e["unpaired_hi"]) == pytest.approx((again.lo, again.hi)), name
+    # every value's task is recorded, so the effects pair by task (two tasks sampled under every condition)
+    assert all(sorted(set(t)) == sorted(tasks) for t in result["task_ids"].values())
+    assert all(e["n_pairs"] == 2 for e in result["effects"].values())
+    again = CR.recomputed(result)
+    assert set(again) == set(result["effects"])
+    assert all(again[k] == pytest.approx(result["effects"][k]) for k in again)
     table = CR.format_table(result)
     assert "all" in table and "fmt" in table and len(table.splitlines()) == 2 + len(CUE_KINDS) + 1
+    assert "paired interval" in table and "unpaired interval" in table
+    # a measurement that stopped resumes from its progress file: here every condition was done, none is sampled again
+    again = CR.measure(L.TARGET, SHIPPED, tasks, samples=2, seed=0, progress=progress)
+    assert again["values"] == result["values"] and again["effects"] == result["effects"]
+    saved = json.load(open(progress))
+    assert set(saved["done"]) == set(result["conditions"]) and saved["key"]["kinds"] == list(CUE_KINDS)
+    assert CR._load_progress(progress, dict(saved["key"], samples=3)) == {}  # another measurement starts afresh
 
 
 def test_the_recorded_cue_effect_is_of_the_shipped_ledger_warm_start_and_recomputes():
@@ -54,12 +72,31 @@ def test_the_recorded_cue_effect_is_of_the_shipped_ledger_warm_start_and_recompu
         result = json.load(f)
     assert result["model_sha256"] == file_sha256(os.path.join(SHIPPED, "model.safetensors"))
     assert result["tasks"] * result["samples"] >= 256
-    assert set(result["effects"]) == {ce.ALL, *CUE_KINDS}
+    assert set(result["effects"]) == {ce.ALL, *result["conditions"][ce.CURRENT]}
     values = result["values"]
     assert all(len(v) == result["tasks"] * result["samples"] for v in values.values())
     for name, e in result["effects"].items():
         without = values[ce.NONE] if name == ce.ALL else values[ce.drop_name(name)]
-        assert e == pytest.approx(ce.effect(values[ce.CURRENT], without, result["confidence"]).to_dict()), name
+        again = ce.effect(values[ce.CURRENT], without, result["confidence"])
+        # written before the paired interval: its interval is the unpaired one, the same up to Welch's t quantile
+        # (Welch-Satterthwaite df near 1,000 here, where the earlier normal quantile differs in the fourth digit)
+        assert (e["with"], e["without"], e["diff"]) == pytest.approx((again.with_, again.without, again.diff)), name
+        assert (e["lo"], e["hi"]) == pytest.approx((again.unpaired_lo, again.unpaired_hi), abs=2e-4), name
+
+
+def test_the_shipped_measurement_pairs_by_task_and_narrows_the_intervals():
+    """The shipped file holds its rewards in sampling order (each training task ``samples`` times in a row); paired
+    by task, every interval is narrower than the unpaired one."""
+    from seal_verl import dry_run as dr
+    with open(os.path.join(REPO, "recipes", "ledger_cpu", "cue_effect.json"), encoding="utf-8") as f:
+        result = json.load(f)
+    found = CR.recomputed(result, dr.environment("ledger").task_ids("train"))
+    for name, e in found.items():
+        assert e["n_pairs"] == result["tasks"], name
+        assert e["diff"] == pytest.approx(result["effects"][name]["diff"]), name
+        assert e["hi"] - e["lo"] < e["unpaired_hi"] - e["unpaired_lo"], name
+    table = CR.format_table(result, found)
+    assert table.count("[") == 2 * len(found)
 
 
 def test_the_cue_reading_stage_trains_on_every_cue_subset_right_and_failing(tmp_path):
@@ -70,7 +107,9 @@ def test_the_cue_reading_stage_trains_on_every_cue_subset_right_and_failing(tmp_
     by = {}
     for r in info["rows"]:
         by.setdefault((r["task_id"], r["failure"] is None), set()).add(r["interface"])
-    subsets = {",".join(s) or "none" for s in CR.all_subsets(tuple(CUE_KINDS))}
+    from seal_verl.models.warm_start.ledger import WARM_KINDS
+
+    subsets = {",".join(s) or "none" for s in CR.all_subsets(WARM_KINDS)}  # the kinds the ledger run switches on
     # every task: its ground truth and its labelled failure, each under all 32 cue states
     assert {k for k in by} == {(t, right) for t in tasks for right in (True, False)}
     assert all(v == subsets for v in by.values()), {k: len(v) for k, v in by.items()}

@@ -43,14 +43,14 @@ def test_a_kind_that_no_task_can_show_is_never_planned(kind, train_ids):
 
 def test_failing_rows_come_from_the_agent_loop_with_the_planned_labels(train_ids, tmp_path):
     from seal_verl.dry_run import tiny_model
-    from seal_verl.core.interface import CUE_KINDS
+    from seal_verl.models.warm_start.ledger import WARM_KINDS
 
     base = tiny_model(str(tmp_path / "tiny-random"))
     plans = MIX.failure_plans(train_ids[:3])
     rows, dropped = MIX.render_failure_rows(base, plans, str(tmp_path))
     assert dropped == []
     assert [(r["task_id"], r["interface"]) for r in rows] == [
-        (t, state) for t in train_ids[:3] for state in ("none", ",".join(CUE_KINDS))]
+        (t, state) for t in train_ids[:3] for state in ("none", ",".join(WARM_KINDS))]
     for r in rows:
         assert r["failure"] == plans[r["task_id"]].target
         assert len(r["labels"]) == len(r["input_ids"]) and r["trained_tokens"] > 0
@@ -70,10 +70,12 @@ def test_a_base_that_is_not_a_model_folder_is_one_line_not_a_traceback(stage, tm
 
 
 #: SHA-256 of the mixed stage's training rows (every training task's ground truth, then its failing plan, each under
-#: no cue and every cue kind on) rendered with the tiny tokenizer: the rows the shipped ledger model was trained on.
-#: A change here changes every ledger warm start built after it (and its cache key); update it only on purpose.
-#: Last changed when the ledger began to answer a malformed call with an error result instead of ending the turn
-#: (the malformed-call rows now hold that result); the shipped model was trained on the rows before.
+#: no cue and every kind the ledger run switches on) rendered with the tiny tokenizer: the rows the shipped ledger
+#: model was trained on. A change here changes every ledger warm start built after it (and its cache key); update it
+#: only on purpose. The rows name their cue state; the kind the shipped model knew as ``tool_affordance`` is now
+#: ``act_with_tools`` (the same sentence), so the digest is taken with the earlier name. Last changed when the
+#: ledger began to answer a malformed call with an error result instead of ending the turn (the malformed-call rows
+#: now hold that result); the shipped model was trained on the rows before.
 MIXED_ROWS_SHA256 = "cb5e91553eda4c8be1d78438777f09e2b8dae5e031ce0fb3c186b0a3b3b3f038"
 
 
@@ -87,6 +89,7 @@ def test_the_mixed_stage_trains_on_the_rows_it_always_did(train_ids, tmp_path):
     rows = LEDGER.render_rows(base, train_ids, str(tmp_path))
     failing, dropped = MIX.render_failure_rows(base, MIX.failure_plans(train_ids), str(tmp_path))
     assert dropped == [] and len(rows) == len(failing) == 2 * len(train_ids)
-    digest = hashlib.sha256(json.dumps([[r["task_id"], r["interface"], r.get("failure"), r["input_ids"], r["labels"]]
-                                        for r in rows + failing]).encode()).hexdigest()
+    named = [r["interface"].replace("act_with_tools", "tool_affordance") for r in rows + failing]
+    digest = hashlib.sha256(json.dumps([[r["task_id"], n, r.get("failure"), r["input_ids"], r["labels"]]
+                                        for r, n in zip(rows + failing, named)]).encode()).hexdigest()
     assert digest == MIXED_ROWS_SHA256

@@ -45,6 +45,6 @@ def test_the_premise_summary_is_its_records():
     assert {r["split"] for r in records} == {"train", "eval"}
     assert all({"split", "condition", "task_id", "sample", "reward", "passed"} <= set(r) for r in records)
     assert set(result["conditions"]) == {r["condition"] for r in records}
-    assert summarise(records, result["confidence"]) == result["summary"]
+    assert summarise(records, result["conditions"]["current"], result["confidence"]) == result["summary"]
     sha = json.load(open(os.path.join(ADAPTER, sm.WARM_START_RECORD))).get("merged_sha256")
     assert sha is None or sha == result["model_sha256"]

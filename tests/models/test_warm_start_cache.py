@@ -71,7 +71,7 @@ def test_the_measurement_leaves_no_temp_folder(succeeds, tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     seen = []
 
-    def measured(target, model, task_ids, samples, seed, confidence, folder, settings):
+    def measured(target, model, task_ids, samples, seed, confidence, folder, *rest):
         seen.append(folder)
         assert os.path.isdir(folder)
         if not succeeds:

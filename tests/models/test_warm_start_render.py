@@ -32,11 +32,10 @@ def test_bfcl_rows_of_the_ground_truth_pass_under_no_cue(base_model, tmp_path):
 
 def test_ledger_rows_come_under_no_cue_and_under_every_cue(base_model, tmp_path):
     from seal_verl import dry_run as dr
-    from seal_verl.core.interface import CUE_KINDS
-
     task = dr.environment(ledger_ws.ENV).task_ids("train")[0]
     rows = ledger_ws.render_rows(base_model, [task], str(tmp_path))
-    assert [(r["task_id"], r["interface"]) for r in rows] == [(task, "none"), (task, ",".join(CUE_KINDS))]
+    every = ",".join(ledger_ws.WARM_KINDS)  # every kind the ledger run switches on
+    assert [(r["task_id"], r["interface"]) for r in rows] == [(task, "none"), (task, every)]
     # proactive cues sit in the first prompt: the cued row's prompt is the longer one
     assert rows[1]["prompt_tokens"] > rows[0]["prompt_tokens"]
 

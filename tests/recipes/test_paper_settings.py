@@ -36,9 +36,14 @@ VARIANTS = ("seal", "grpo", "no_env_side", "no_reweighting", "no_closed_loop")
 PRESETS = ("default", "paper")
 REWARD_KWARGS = "reward.custom_reward_function.reward_kwargs."
 
-#: The paper's utility table (Appendix C.2, Table 6) in this project's labels (docs/paper_settings.md).
+#: The paper's utility table (Appendix C.2, Table 6) in this project's labels (docs/paper_settings.md), with the
+#: two values the paper does not give and the preset takes from the reference code (state_mismatch, response_mismatch).
 TABLE_6 = {"spurious_tool_call": 2.0, "correct_abstention": 1.8, "missing_tool_call": 1.5, "state_mismatch": 1.0,
            "response_mismatch": 0.9, "pass": 1.0}
+
+#: The paper's three cue triggers: failure label -> the cue it switches on.
+PAPER_TRIGGERS = {"argument_mismatch": "schema_constraints", "missing_tool_call": "tool_affordance",
+                  "recovery_failure": "error_recovery"}
 
 
 def _compose(backbone="qwen2.5-7b", variant="seal", preset=None):
@@ -61,7 +66,9 @@ PAPER_KEYS = {"recipe.preset", "trainer.experiment_name", "trainer.default_local
               REWARD_KWARGS + "near_miss_credit", REWARD_KWARGS + "argument_credit"} | {
               f"seal.weighting.rho.{k}" for k in ("invalid_tool_call", "argument_mismatch", "state_mismatch",
                                                   "recovery_failure", "missing_tool_call", "response_mismatch",
-                                                  "pass", "spurious_tool_call", "correct_abstention")}
+                                                  "pass", "spurious_tool_call", "correct_abstention")} | {
+              "seal.interface.placement", "seal.interface.triggers.invalid_tool_call",
+              "seal.interface.triggers.spurious_tool_call"}
 
 
 def _leaves(node, prefix=""):
@@ -136,9 +143,42 @@ def test_paper_preset_composes_and_validates(backbone):
         assert _effective(default, REWARD_KWARGS + "strict_abstention") is True  # every variant, GRPO too
         assert paper.weighting.dynamic is False and base.weighting.dynamic is True
         assert {k: paper.weighting.rho[k] for k in TABLE_6} == TABLE_6
-        # nothing else differs (training settings, budgets, interface): only the names and the keys above
+        # nothing else differs (training settings, budgets, the rest of the interface): only the names and the
+        # keys above
         assert _differing_keys(resolved, default) == PAPER_KEYS
-        assert paper.interface.to_dict() == base.interface.to_dict()
+        assert {k: v for k, v in paper.interface.to_dict().items() if k not in ("triggers", "placement")} == \
+            {k: v for k, v in base.interface.to_dict().items() if k not in ("triggers", "placement")}
+
+
+def test_paper_preset_switches_on_exactly_the_papers_three_triggers():
+    """The paper names three failure-type-specific cues; the project's default adds two. Under preset=paper the
+    composed recipe switches on exactly the three (the other two labels trigger nothing), with the paper's
+    placement: the schema and capability cues with every observation."""
+    from seal_verl.core.interface import DEFAULT_TRIGGERS
+
+    _, paper = _compose(preset="paper")
+    cfg = check_run_config(paper).interface
+    assert {label: kind for label, kind in cfg.triggers.items() if kind is not None} == PAPER_TRIGGERS
+    assert cfg.kinds() == ("schema_constraints", "tool_affordance", "error_recovery")
+    assert cfg.placement == "every_observation"
+    _, default = _compose(preset="default")
+    base = check_run_config(default).interface
+    assert base.triggers == DEFAULT_TRIGGERS and len(base.kinds()) == 5 and base.placement == "start_of_task"
+
+
+def test_paper_weights_amplify_a_passing_rollout_with_a_spurious_call():
+    """docs/paper_settings.md, row 37: under preset=paper a rollout that passes (abstention turns unchecked) with a
+    call on its abstention turn weighs more than the same rollout that asked."""
+    from seal_verl.core.profile import trajectory_profile
+    from seal_verl.core.weighting import trajectory_weight
+
+    _, paper = _compose(preset="paper")
+    w = check_run_config(paper).weighting
+    spurious = trajectory_weight(trajectory_profile(["pass", "pass", "spurious_tool_call"], [False, False, True]),
+                                 w.rho, w.w_min, w.w_max)
+    asked = trajectory_weight(trajectory_profile(["pass", "pass", "pass"], [False, False, True]), w.rho, w.w_min,
+                              w.w_max)
+    assert spurious == pytest.approx(4.0 / 3.0) and asked == pytest.approx(3.8 / 3.0) and spurious > asked > 1.0
 
 
 def test_launch_script_passes_the_preset(tmp_path):
@@ -277,6 +317,7 @@ def test_dry_run_under_the_paper_preset(tmp_path):
     assert written["reward_kwargs"] == {"strict_abstention": False, "dense_credit": False, "near_miss_credit": 0.0,
                                          "argument_credit": 0.0}
     assert written["seal"]["weighting"]["dynamic"] is False
+    assert {k: v for k, v in written["seal"]["interface"]["triggers"].items() if v} == PAPER_TRIGGERS
     rho = written["seal"]["weighting"]["rho"]
     assert {k: rho[k] for k in TABLE_6} == TABLE_6
     state = ClosedLoopState.load(os.path.join(cfg.out, "state_step_1.json"))

@@ -4,11 +4,12 @@ run, a scripted LLM standing in for the server), the run folder's rows, and the 
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
 from seal_verl.runs import folder as RF
-from seal_verl.core.cue_effect import newcombe_interval
+from seal_verl.core.cue_effect import newcombe_interval, t_quantile
 
 
 def _dry(tmp_path, policy: str, steps: int = 3, **probe):
@@ -35,14 +36,33 @@ def _recompute(probe_rows: list[dict], active: list[str]) -> dict:
         assert set(vals) <= {0.0, 1.0}  # the dry run's reward is 0/1: Newcombe's interval applies
         return sum(vals) / len(vals), int(sum(vals)), len(vals)
 
+    def per_task(name):
+        tasks: dict[str, list[float]] = {}
+        for r in probe_rows:
+            if r["condition"] == name:
+                tasks.setdefault(r["task_id"], []).append(float(r["passed"]) if r.get("reward") is None else r["reward"])
+        return {t: sum(v) / len(v) for t, v in tasks.items()}
+
+    def paired(other, unpaired):
+        """The t interval of the per-task differences; the unpaired one without a spread to estimate."""
+        a, b = per_task("current"), per_task(other)
+        diffs = [a[t] - b[t] for t in a if t in b]
+        if len(diffs) < 2 or statistics.pstdev(diffs) == 0:
+            return unpaired, len(diffs)
+        half = t_quantile(0.975, len(diffs) - 1) * statistics.stdev(diffs) / len(diffs) ** 0.5
+        m = statistics.fmean(diffs)
+        return (max(-1.0, m - half), min(1.0, m + half)), len(diffs)
+
     out = {}
     cur = rate("current")
     pairs = {"all": "none"}
     pairs.update({k: (f"drop:{k}" if len(active) > 1 else "none") for k in active})
     for key, other in pairs.items():
         o = rate(other)
-        out[key] = {"with": cur[0], "without": o[0], "diff": cur[0] - o[0],
-                    "interval": newcombe_interval(cur[1], cur[2], o[1], o[2])}
+        unpaired = newcombe_interval(cur[1], cur[2], o[1], o[2])
+        interval, n_pairs = paired(other, unpaired)
+        out[key] = {"with": cur[0], "without": o[0], "diff": cur[0] - o[0], "unpaired": unpaired,
+                    "interval": interval, "n_pairs": n_pairs}
     return out
 
 
@@ -67,7 +87,9 @@ def test_probe_numbers_recomputed_from_its_own_rollouts(cue_reader):
         for key, e in summary["effects"].items():
             assert e["with"] == pytest.approx(again[key]["with"])
             assert e["without"] == pytest.approx(again[key]["without"])
-            assert (e["lo"], e["hi"]) == pytest.approx(again[key]["interval"])
+            assert (e["lo"], e["hi"]) == pytest.approx(again[key]["interval"])  # paired by task
+            assert (e["unpaired_lo"], e["unpaired_hi"]) == pytest.approx(again[key]["unpaired"])
+            assert e["n_pairs"] == again[key]["n_pairs"] == len(summary["tasks"])
             assert row["metrics"][f"seal/cue_effect/{key}"] == pytest.approx(again[key]["diff"])
         # the same tasks under every condition, ``samples`` rollouts each
         per = {}
@@ -232,6 +254,26 @@ def test_check_recomputes_the_probe_and_catches_a_changed_row(cue_reader, tmp_pa
     assert not rep.ok and RF.probe_name(k) in rep.text()
 
 
+def test_check_reads_a_run_folder_written_before_the_paired_interval(cue_reader, tmp_path):
+    """A folder whose probe summaries hold only the unpaired interval of that time (no ``n_pairs``) still
+    checks: its rates are recomputed, its interval is taken as written."""
+    import shutil
+
+    from seal_verl.runs.check import Report, Run, check_cue_effect
+
+    _, run = cue_reader
+    copy = str(tmp_path / "old")
+    shutil.copytree(run.path, copy)
+    path = f"{copy}/metrics.jsonl"
+    rows = [json.loads(line) for line in open(path).read().splitlines() if line.strip()]
+    for row in rows:
+        for e in ((row.get("cue_effect") or {}).get("effects") or {}).values():
+            e["lo"], e["hi"] = e.pop("unpaired_lo"), e.pop("unpaired_hi")
+            e.pop("n_pairs")
+    open(path, "w").write("".join(json.dumps(r) + "\n" for r in rows))
+    rep = Report()
+    check_cue_effect(Run(copy), rep)
+    assert rep.ok, rep.text()
 def test_probes_of_one_run_rotate_over_the_training_tasks(cue_reader):
     """Through the real probe path (the dry run's probe rows through verl's worker): successive probes of a run
     draw different tasks, each probe the same tasks under every condition."""

@@ -99,12 +99,13 @@ def test_cues_only_in_training_rollouts(run):
 
 
 def test_interface_reacts_to_the_profile(run):
-    from seal_verl.core.interface import CUE_KINDS, InterfaceConfig
+    from seal_verl.core.interface import InterfaceConfig
 
     cfg, rows = run
-    on = InterfaceConfig.from_dict(cfg.seal["interface"]).on_threshold
+    icfg = InterfaceConfig.from_dict(cfg.seal["interface"])
+    on, trigger = icfg.on_threshold, icfg.trigger_of()
     reacted = [(r["step"], kind) for r in rows for kind in r["active_next"]
-               if kind not in r["active_during"] and r["rate_ema"][CUE_KINDS[kind].trigger] >= on]
+               if kind not in r["active_during"] and r["rate_ema"][trigger[kind]] >= on]
     assert reacted, "no cue kind turned on although its trigger label was prevalent"
     # the kinds switched on are the ones of the prevalent failures, and they are in the next step's rollouts
     step, kind = reacted[0]

@@ -22,7 +22,8 @@ import time
 from collections import Counter
 from typing import Optional, Sequence
 
-from seal_verl.core.interface import CUE_KINDS
+from seal_verl.core import taxonomy as tx
+from seal_verl.core.interface import ACT_WITH_TOOLS, DEFAULT_TRIGGERS, ordered
 from seal_verl.models.warm_start import pipeline as P
 from seal_verl.models.warm_start import render as R
 from seal_verl.models.warm_start import sampling as S
@@ -30,8 +31,13 @@ from seal_verl.models.warm_start import target as T
 
 ENV = "ledger"
 TARGET = T.Target(env=ENV, run="ledger")
-#: the cue states every ledger row is rendered under: none, and every cue kind on
-CUE_STATES: tuple[tuple[str, ...], ...] = ((), tuple(CUE_KINDS))
+#: the ledger run's trigger map (recipes/ledger_cpu/config/learn/ledger.yaml): the default one with the behavioural
+#: sentence for missing_tool_call, the affordance cue the shipped warm start was trained to read
+LEDGER_TRIGGERS: dict[str, str] = {**DEFAULT_TRIGGERS, tx.MISSING_TOOL_CALL: ACT_WITH_TOOLS}
+#: the cue kinds the warm start reads: those the ledger run switches on
+WARM_KINDS: tuple[str, ...] = tuple(ordered(LEDGER_TRIGGERS.values()))
+#: the cue states every ledger row is rendered under: none, and every one of those kinds on
+CUE_STATES: tuple[tuple[str, ...], ...] = ((), WARM_KINDS)
 DEFAULTS = {"epochs": 40, "lr": 5e-3, "samples": 4, "seed": 0, "target": 0.35}
 #: what the record keeps of each row (``failure``: the mixed stage's failure kind, None for the ground truth)
 ROW_KEYS = P.ROW_KEYS[:2] + ("failure",) + P.ROW_KEYS[2:]

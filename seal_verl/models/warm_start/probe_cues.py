@@ -29,9 +29,10 @@ NOT_AT_START = ("error_recovery",)
 
 
 def start_kinds() -> list[str]:
-    from seal_verl.core.interface import CUE_KINDS
+    """The default trigger map's kinds that add text before the agent acts."""
+    from seal_verl.core.interface import InterfaceConfig
 
-    return [k for k in CUE_KINDS if k not in NOT_AT_START]
+    return [k for k in InterfaceConfig().kinds() if k not in NOT_AT_START]
 
 
 def token_nll(model, row: dict) -> list[tuple[int, float]]:
