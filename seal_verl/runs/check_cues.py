@@ -38,9 +38,15 @@ def check_cues(run: Any, rep: Any) -> None:
                 problems.append(f"step {k} {row['task_id']}: cue marker in the tokens but 0 cue tokens counted")
             if (cued or row.get("hint_in_text")) and not row.get("interface_active"):
                 problems.append(f"step {k} {row['task_id']}: cue text while the interface was off")
-    active_steps = [int(r["global_step"]) for r in run.metrics if r.get("active_during")]
+    # the steps whose training rollouts ran with a cue kind on, each under the state it was generated under (an
+    # asynchronous trainer trains rollouts of an earlier state, whose interface may still have been off); folders
+    # whose rows do not name their interface fall back to the step's own
+    if any("interface_active" in row for rows in run.traces.values() for row in rows):
+        active_steps = sorted({int(k) for k, rows in run.traces.items() for row in rows if row.get("interface_active")})
+    else:
+        active_steps = [int(r["global_step"]) for r in run.metrics if r.get("active_during")]
     if env_side and active_steps and n_cued == 0:
-        problems.append(f"the interface was on at steps {active_steps}, but no training rollout carried a cue")
+        problems.append(f"training rollouts ran with the interface on at steps {active_steps}, but none carried a cue")
     n_val = len(run.val)
     if n_val == 0:
         problems.append(f"no validation rollouts ({RF.VALIDATION})")

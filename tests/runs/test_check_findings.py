@@ -86,6 +86,34 @@ PROBE_ON = _seal(every=1)
 HURTS = {ce.CURRENT: [0, 0, 0, 0, 0, 0], ce.NONE: [1, 1, 1, 1, 1, 1]}
 
 
+def _cues(path) -> tuple[bool, str]:
+    rep = CHECK.Report()
+    CHECK.check_cues(CHECK.Run(path), rep)
+    (_name, ok, detail), = rep.items
+    return ok, detail
+
+
+def _rollout(task: str, state_step, active: list, cue_tokens: int) -> dict:
+    return {"step": 2, "global_step": 2, "key": task, "uid": task, "task_id": task, "agent_loop": "seal_env",
+            "cue_tokens": cue_tokens, "hint_in_text": bool(cue_tokens), "interface_active": active,
+            "state_step": state_step}
+
+
+@pytest.mark.parametrize("own_state_on,ok", [(False, True), (True, False)])
+def test_cues_are_expected_from_the_state_each_rollout_ran_under(tmp_path, own_state_on, ok):
+    """An asynchronous trainer trains at step 2 rollouts generated under step 0's state: the interface the step
+    switched on is not theirs. Only a rollout whose own state had a kind on must carry cue text."""
+    path = _run(tmp_path, [{"active": []}, {"active": [CF]}], _seal())
+    folder = RF.RunFolder(path)
+    rows = [_rollout(f"t{i}", 0, [CF] if own_state_on else [], 0) for i in range(2)]
+    folder.write_traces(2, rows)
+    folder.append_val([{"global_step": 2, "task_id": "v", "agent_loop": "env", "cue_tokens": 0}])
+    found, detail = _cues(path)
+    assert found == ok, detail
+    if not ok:
+        assert "ran with the interface on at steps [2], but none carried a cue" in detail
+
+
 def test_a_consistent_probe_passes(tmp_path):
     path = _run(tmp_path, [{"active": [CF], "probe": _probe(1, [CF], HURTS, 0.95)}], PROBE_ON)
     ok, detail = _effect(path)
