@@ -117,9 +117,9 @@ def reading(summary: dict, measured: Optional[dict], curves: dict) -> str:
         return " ".join(out)
     for v, s in summary.items():
         seeds = sorted(curves.get(v, {}))
-        after = [r["heldout_after"] for r in (s.get("per_seed") or {}).values() if r.get("heldout_after") is not None]
-        before = [r["heldout_before"] for r in (s.get("per_seed") or {}).values()
-                  if r.get("heldout_before") is not None]
+        runs = [r for r in (s.get("per_seed") or {}).values() if r]  # a run that logged no step has no row
+        after = [r["heldout_after"] for r in runs if r.get("heldout_after") is not None]
+        before = [r["heldout_before"] for r in runs if r.get("heldout_before") is not None]
         if after and before:
             out.append(f"{v} (seeds {seeds}): held-out score without cues {statistics.fmean(before):.3f} -> "
                        f"{statistics.fmean(after):.3f}.")

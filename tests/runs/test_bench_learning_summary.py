@@ -397,3 +397,14 @@ def test_a_damaged_row_costs_that_row_only(tmp_path, capsys):
     c = bl.curve(str(tmp_path / "grpo_s1"))
     assert [x["step"] for x in c["steps"]] == list(range(1, 11))
     assert "metrics.jsonl:4: not valid JSON" in capsys.readouterr().err
+
+
+def test_the_premise_reading_names_a_run_that_logged_no_step():
+    """bench-premise's plain reading over a benchmark where one run was killed before its first step (its seed has
+    no row): the reading says what the finished run gave instead of failing (it raised AttributeError)."""
+    from bench import bench_premise as bp
+
+    summary = {"grpo": {"per_seed": {1: {"heldout_before": 0.6, "heldout_after": 0.62}}},
+               "seal": {"per_seed": {1: None}}}
+    text = bp.reading(summary, None, {"grpo": {1: [0.5, 0.5]}})
+    assert "grpo (seeds [1]): held-out score without cues 0.600 -> 0.620." in text
