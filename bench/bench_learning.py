@@ -456,7 +456,11 @@ def _cue_effect_per_step(by_seed: dict) -> dict[str, tuple[list, list]]:
     return {kind: (sorted(ks), [statistics.fmean(ks[k]) for k in sorted(ks)]) for kind, ks in per.items()}
 
 
-def plot(curves: dict, path: str, window: int = 5, start: Optional[float] = None) -> None:
+#: the figure's title for the tiny model's benchmark
+TITLE = "ledger benchmark on CPU: warm-started tiny Qwen2, verl main_ppo, GRPO vs SEAL and ablations"
+
+
+def plot(curves: dict, path: str, window: int = 5, start: Optional[float] = None, title: str = TITLE) -> None:
     """Six panels: training reward (seeds and mean), held-out greedy score without cues (seeds and mean), the
     turns that miss or break a call against those with the right tool and a wrong argument, how many cue kinds
     were on (means over the seeds), the cue effect per kind the probes measured over the steps (mean over the
@@ -531,7 +535,7 @@ def plot(curves: dict, path: str, window: int = 5, start: Optional[float] = None
     for ax in (reward_ax, held_ax, label_ax):
         ax.set_ylim(-0.02, 1.02)
     cue_ax.set_ylim(-0.1, 5.1)
-    fig.suptitle("ledger benchmark on CPU: warm-started tiny Qwen2, verl main_ppo, GRPO vs SEAL and ablations")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -551,6 +555,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                    help="make every run again, even a finished one in --out (the earlier run is moved aside)")
     p.add_argument("--plot-only", action="store_true", help="only read the run folders in --out")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG (the training venv has no matplotlib)")
+    p.add_argument("--title", default=TITLE, help="the figure's title (say which model trained)")
     p.add_argument("extra", nargs="*", help="Hydra overrides passed to every run")
     args = p.parse_args(argv)
     from seal_verl import env_vars
@@ -583,7 +588,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     with open(os.path.join(args.out, "learning.md"), "w") as f:
         f.write(md + "\n")
     if not args.no_plot and curves:
-        plot(curves, os.path.join(args.out, "learning.png"), args.window, base)
+        plot(curves, os.path.join(args.out, "learning.png"), args.window, base, args.title)
     print(md.split("\n\n| variant | seed | step")[0])
     if failed:
         print(f"[bench-learning] failed runs: {', '.join(failed)}", file=sys.stderr)

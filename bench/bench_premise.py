@@ -38,6 +38,8 @@ VARIANTS = ("grpo", "seal", "no_env_side")
 #: the ledger runs on SmolLM2 with a fresh LoRA adapter: the CPU backbone group (its settings and why, in
 #: recipes/ledger_cpu/config/backbone_cpu/smollm2.yaml)
 LORA_OVERRIDES = ["+backbone_cpu=smollm2"]
+TITLE = ("ledger benchmark on CPU: SmolLM2-135M-Instruct from its LoRA warm start, a fresh rank-8 adapter, verl "
+         "main_ppo, GRPO vs SEAL")
 
 
 def warm_model(models: str = MODELS) -> str:
@@ -165,7 +167,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         rc = BL.main(common + ["--no-plot", "--", *LORA_OVERRIDES, *args.extra])
         print(f"[bench-premise] runs: {progress(args.out, args.variants, args.seeds, args.steps)}", flush=True)
     else:
-        rc = BL.main(common + ["--plot-only"] + (["--no-plot"] if args.no_plot else []))
+        rc = BL.main(common + ["--plot-only", "--title", TITLE] + (["--no-plot"] if args.no_plot else []))
     with open(os.path.join(args.out, "learning.json"), encoding="utf-8") as fh:
         learned = json.load(fh)
     text = ("## The premise on SmolLM2 (make bench-premise)\n\nThe warm start's cue effect before any step "
