@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -17,6 +16,8 @@ import urllib.request
 from contextlib import contextmanager
 
 import pytest
+
+from seal_verl.models.export_eval import stop_group
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CPU_DIR = os.path.join(REPO, "recipes", "bfcl_v3", "cpu")
@@ -86,15 +87,3 @@ def vllm_server(venv: str, model_dir: str, served_name: str, log_path, max_model
             stop_group(proc)
 
 
-def stop_group(proc) -> None:
-    """End the server's whole process group (the API server and its engine process)."""
-    for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, None)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue

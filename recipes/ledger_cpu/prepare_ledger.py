@@ -28,20 +28,13 @@ def main(argv=None) -> int:
     p.add_argument("--model", default=None, help="use this model folder as it is (no warm start; verified first)")
     args = p.parse_args(argv)
     from seal_verl import env_vars
-    from seal_verl.models.shipped import ShippedModelError, check_model
+    from seal_verl.models.shipped import check_run_inputs
     from seal_verl.runs import folder as RF
 
     env_vars.check_or_exit("prepare-ledger")
-    checked = "made here"
-    try:
-        if args.model:
-            checked = check_model(args.model, "SEAL_CPU_MODEL")
-        os.makedirs(args.models_dir, exist_ok=True)
-    except ShippedModelError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: the model cache {args.models_dir} (SEAL_CPU_MODELS): {e.strerror or e}", file=sys.stderr)
+    checked, error = check_run_inputs(args.model, args.models_dir)
+    if error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     from seal_verl import rollouts
     from seal_verl.models.warm_start import ledger_stages

@@ -113,10 +113,12 @@ def served(cmd: list[str], log_path: str, port: int, timeout_s: float = START_TI
                 time.sleep(2)
             yield url
         finally:
-            _stop_group(proc)
+            stop_group(proc)
 
 
-def _stop_group(proc: subprocess.Popen) -> None:
+def stop_group(proc: subprocess.Popen) -> None:
+    """End a server's whole process group (the API server and its engine process): SIGTERM, then SIGKILL after
+    60 s."""
     for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, None)):
         try:
             os.killpg(proc.pid, sig)

@@ -266,6 +266,20 @@ def check_model(folder: str, option: str = "model") -> str:
     return f"not verified: it has no {BUILD_FILE}"
 
 
+def check_run_inputs(model: Optional[str], models_dir: str) -> tuple[str, Optional[str]]:
+    """What a CPU run's preparation checks before any work: the model it was given (``SEAL_CPU_MODEL``, verified by
+    :func:`check_model`; none: one is made here) and its model cache folder (``SEAL_CPU_MODELS``, created).
+    Returns how the model was verified and ``None``, or ``(.., the one-line error)``."""
+    try:
+        checked = check_model(model, "SEAL_CPU_MODEL") if model else "made here"
+        os.makedirs(models_dir, exist_ok=True)
+    except ShippedModelError as e:
+        return "", str(e)
+    except OSError as e:
+        return "", f"the model cache {models_dir} (SEAL_CPU_MODELS): {e.strerror or e}"
+    return checked, None
+
+
 def use(folder: str, dest: str) -> str:
     """Check the shipped ``folder`` and copy it to ``dest`` (the runs' model cache) unless ``dest`` already holds
     these exact files; returns ``dest``. The runs never write into the shipped folder itself.

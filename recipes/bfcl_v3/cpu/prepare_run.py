@@ -164,20 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-warm-start", action="store_true", help="train the random tiny model (it never passes a task)")
     args = p.parse_args(argv)
     from seal_verl import env_vars
-    from seal_verl.models.shipped import ShippedModelError, check_model
+    from seal_verl.models.shipped import check_run_inputs
     from seal_verl.runs import folder as RF
 
     env_vars.check_or_exit("prepare-run")
-    checked = "made here"
-    try:
-        if args.model:
-            checked = check_model(args.model, "SEAL_CPU_MODEL")
-        os.makedirs(args.models_dir, exist_ok=True)
-    except ShippedModelError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: the model cache {args.models_dir} (SEAL_CPU_MODELS): {e.strerror or e}", file=sys.stderr)
+    checked, error = check_run_inputs(args.model, args.models_dir)
+    if error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
 
     from env_wrappers.bfcl.environment.prepare_data import build_rows, format_summary, prepare_data, read_split_file
