@@ -20,25 +20,9 @@ import re
 
 import pytest
 
+from _leaks import answer_values
 from seal_verl.core import cues as cue_text
 AFFORDANCE_HEADER = "What the offered tools can do for this request:"
-
-
-def _values(v, out: set) -> None:
-    if isinstance(v, bool) or v is None:
-        return
-    if isinstance(v, str):
-        if len(v.strip()) >= 3:
-            out.add(v)
-    elif isinstance(v, (int, float)):
-        if abs(v) >= 10 or float(v) != int(v):
-            out.add(v)
-    elif isinstance(v, (list, tuple)):
-        for x in v:
-            _values(x, out)
-    elif isinstance(v, dict):
-        for x in v.values():
-            _values(x, out)
 
 
 def _found(needle, text: str) -> bool:
@@ -103,7 +87,7 @@ def _bfcl_secrets(task) -> tuple[set, set]:
         for call in turn:
             name, args, kwargs = split_call(call)
             for a in list(args) + list(kwargs.values()):
-                _values(a, values)
+                answer_values(a, values)
             if args or kwargs:
                 calls.add(call.strip())
                 calls.add(canonical_call(name, args, kwargs))

@@ -31,6 +31,7 @@ from env_wrappers.bfcl.environment import perturb as P
 from env_wrappers.bfcl.tools.calls import canonical_call, split_call
 from env_wrappers.bfcl.environment.env import BFCLEnv
 from env_wrappers.bfcl.environment.tasks import load_split, load_tasks
+from _leaks import answer_values
 from seal_verl.core.observation import HINT_PREFIX, PREVIOUS_TURN_PREFIX, SealObservationWrapper
 from seal_verl.core import cues as cue_text
 from seal_verl.core import interface as omega
@@ -43,23 +44,6 @@ PREVALENCE = {"missing_tool_call": 0.4, "spurious_tool_call": 0.2, "invalid_tool
 # ----------------------------------------------------------------------------------------------------------
 # what counts as a leak
 # ----------------------------------------------------------------------------------------------------------
-
-
-def _values(v, out: set) -> None:
-    if isinstance(v, bool) or v is None:
-        return
-    if isinstance(v, str):
-        if len(v.strip()) >= 3:
-            out.add(v)
-    elif isinstance(v, (int, float)):
-        if abs(v) >= 10 or float(v) != int(v):  # single digits are everywhere (line numbers, counts)
-            out.add(v)
-    elif isinstance(v, (list, tuple)):
-        for x in v:
-            _values(x, out)
-    elif isinstance(v, dict):
-        for x in v.values():
-            _values(x, out)
 
 
 def _forms(v) -> list[str]:
@@ -91,9 +75,9 @@ class Secrets:
             for call in turn:
                 name, args, kwargs = split_call(call)
                 for a in args:
-                    _values(a, values)
+                    answer_values(a, values)
                 for a in kwargs.values():
-                    _values(a, values)
+                    answer_values(a, values)
                 if args or kwargs:
                     # a call without arguments is its function's name plus "()": the schemas show it
                     calls.add(call.strip())
