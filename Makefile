@@ -184,13 +184,15 @@ PREMISE_SAMPLES ?= 2
 premise-effect: smollm2
 	OMP_NUM_THREADS=1 .venv-cpu-train/bin/python -m bench.bench_premise --measure-premise --samples $(PREMISE_SAMPLES)
 
-# GRPO and SEAL (then no_env_side) from the SmolLM2 warm start with LoRA, PREMISE_SEEDS x PREMISE_STEPS (hours:
-# resumable, a finished run is reused; progress in runs/bench_premise/progress.json)
-PREMISE_STEPS ?= 10
+# GRPO and SEAL (then no_env_side: PREMISE_VARIANTS="grpo seal no_env_side") from the SmolLM2 warm start with
+# LoRA, PREMISE_SEEDS x PREMISE_STEPS (18-20 minutes a run on 2 cores). Made in parts: a finished run is reused, and
+# its curve kept in bench/results/premise/ (commit it: a later machine then reads it instead of running it again)
+PREMISE_STEPS ?= 4
 PREMISE_SEEDS ?= 1 2
+PREMISE_VARIANTS ?= grpo seal
 bench-premise: venv smollm2
-	OMP_NUM_THREADS=1 .venv-cpu-train/bin/python -m bench.bench_premise --steps $(PREMISE_STEPS) --seeds $(PREMISE_SEEDS) --no-plot
-	$(PY) -m bench.bench_premise --steps $(PREMISE_STEPS) --seeds $(PREMISE_SEEDS) --plot-only
+	OMP_NUM_THREADS=1 .venv-cpu-train/bin/python -m bench.bench_premise --steps $(PREMISE_STEPS) --seeds $(PREMISE_SEEDS) --variants $(PREMISE_VARIANTS) --no-plot
+	$(PY) -m bench.bench_premise --steps $(PREMISE_STEPS) --seeds $(PREMISE_SEEDS) --variants $(PREMISE_VARIANTS) --plot-only
 
 # two SEAL steps of the ledger on SmolLM2 with LoRA through main_ppo (+backbone_cpu=smollm2, from the shipped warm
 # start), then seal-verl check with its adapter check (not in CI: a SmolLM2 step takes about 3 minutes on 2 cores)

@@ -219,9 +219,10 @@ def prepare(out: str) -> int:
 
 
 def run_all(out: str, variants: list[str], seeds: list[int], steps: int, force: bool, extra: list[str],
-            jobs: int) -> list[str]:
+            jobs: int, skip=None) -> list[str]:
     """Every (variant, seed) run in priority order (every variant on the first seed, then the next seed),
-    ``jobs`` at a time; returns the failed ones."""
+    ``jobs`` at a time; returns the failed ones. ``skip(variant, seed, model)``: True for a run whose result is
+    already kept elsewhere (bench-premise's committed records), given the warm start's identity."""
     order = [(v, s) for s in seeds for v in variants]
     # once, before any run: the cached warm start (so that no two runs build it at once) and its identity
     if prepare(out) != 0:
@@ -231,6 +232,8 @@ def run_all(out: str, variants: list[str], seeds: list[int], steps: int, force: 
     failed = [] if measured else ["measuring the warm start's training reward (the rise falls back to the first "
                                   "window)"]
     model = model_identity(os.path.join(out, "prepare"))
+    if skip is not None:
+        order = [(v, s) for v, s in order if not skip(v, s, model)]
     if jobs <= 1:
         return failed + [f"{v} seed {s}" for v, s in order if run_one(out, v, s, steps, force, extra, model=model) != 0]
     from concurrent.futures import ThreadPoolExecutor
@@ -576,23 +579,31 @@ def main(argv: Optional[list[str]] = None) -> int:
         failed = run_all(args.out, args.variants, args.seeds, args.steps, args.force, args.extra, args.jobs)
     curves = {v: {s: curve(run_dir(args.out, v, s)) for s in args.seeds if os.path.isdir(run_dir(args.out, v, s))}
               for v in args.variants}
+    return report(args.out, curves, args.steps, args.window, args.seeds, start_reward(os.path.join(args.out, "prepare")),
+                  failed, t0, None if args.no_plot else args.title)
+
+
+def report(out: str, curves: dict, steps: int, window: int, seeds: list[int], start: Optional[dict],
+           failed: list[str], t0: float, title: Optional[str]) -> int:
+    """``learning.json``, ``learning.md`` and (with a ``title``) ``learning.png`` in ``out`` from the runs'
+    curves (variant -> seed -> :func:`curve`); ``start``: :func:`start_reward`'s record or None. Returns the exit
+    code (1 when a run failed)."""
     curves = {v: c for v, c in curves.items() if c}
-    start = start_reward(os.path.join(args.out, "prepare"))
     base = start["reward"] if start else None
-    summary = summarise(curves, args.window, base)
-    with open(os.path.join(args.out, "learning.json"), "w") as f:
-        json.dump({"steps": args.steps, "window": args.window, "rise_goal": RISE_GOAL, "seeds": args.seeds,
+    summary = summarise(curves, window, base)
+    with open(os.path.join(out, "learning.json"), "w") as f:
+        json.dump({"steps": steps, "window": window, "rise_goal": RISE_GOAL, "seeds": seeds,
                    "warm_start_reward": start, "summary": summary, "curves": curves, "failed": failed,
                    "seconds": round(time.time() - t0, 1)}, f, indent=1)
-    md = tables(curves, summary, args.window, start)
-    with open(os.path.join(args.out, "learning.md"), "w") as f:
+    md = tables(curves, summary, window, start)
+    with open(os.path.join(out, "learning.md"), "w") as f:
         f.write(md + "\n")
-    if not args.no_plot and curves:
-        plot(curves, os.path.join(args.out, "learning.png"), args.window, base, args.title)
+    if title is not None and curves:
+        plot(curves, os.path.join(out, "learning.png"), window, base, title)
     print(md.split("\n\n| variant | seed | step")[0])
     if failed:
         print(f"[bench-learning] failed runs: {', '.join(failed)}", file=sys.stderr)
-    print(f"[bench-learning] wrote {args.out}/learning.json, learning.md" + ("" if args.no_plot else ", learning.png"))
+    print(f"[bench-learning] wrote {out}/learning.json, learning.md" + ("" if title is None else ", learning.png"))
     return 1 if failed else 0
 
 
