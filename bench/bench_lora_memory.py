@@ -19,9 +19,11 @@ for each backbone (Qwen2.5-3B, Qwen2.5-7B, ToolACE-2-Llama-3.1-8B), with ``torch
    token, a policy-gradient loss (mean of log-probability x a random advantage), backward, AdamW step. Reported:
    the peak minus the resident weights and adapter state, i.e. what the update needs beyond them, per phase.
    Two ways to take the log-probabilities (``--logprob``): ``ce``, ``F.cross_entropy(reduction="none")`` under
-   autocast, an fp32 log-softmax of the whole row, which is what verl 0.9.1's ``logprobs_from_logits`` does
-   without flash-attn (the recipe's setting); ``inplace``, fp32 log-sum-exp chunk by chunk and the gradient
-   written into the bf16 logits' own storage, which is what flash-attn's cross-entropy kernel does when installed.
+   autocast, which keeps an fp32 log-softmax of every token for the backward, as verl 0.9.1's
+   ``logprobs_from_logits`` does without flash-attn (the recipe's setting; verl loops over rows, and its engine
+   path without remove-padding also concatenates the rows into a second bf16 copy of the logits, not done here);
+   ``inplace``, fp32 log-sum-exp chunk by chunk and the gradient written into the bf16 logits' own storage, which
+   is what flash-attn's cross-entropy kernel does when installed.
 
 A case that runs out of memory is recorded as OOM with the memory allocated at that point, and the run goes on.
 
