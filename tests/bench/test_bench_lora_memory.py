@@ -222,3 +222,23 @@ def test_bad_arguments_are_refused():
                  []):                                 # the real models on CPU
         with pytest.raises(SystemExit):
             blm.main(["--device", "cpu", "--out", os.devnull] + argv)
+
+
+def test_the_docs_measured_update_table_is_the_shipped_measurement():
+    """docs/gpu_training.md's table of the update measured on one H100 is bench/results/lora_memory_h100.json,
+    rounded as the doc rounds (estimate, in-place log-probabilities, verl's fallback without flash-attn)."""
+    import json
+    import re
+
+    with open(os.path.join(REPO, "bench", "results", "lora_memory_h100.json"), encoding="utf-8") as fh:
+        measured = json.load(fh)
+    assert measured["gpu"].startswith("NVIDIA H100")
+    want = {}
+    for name, b in measured["backbones"].items():
+        for u in b["updates"]:
+            assert u["status"] == "ok", (name, u["tokens"], u["logprob"])
+            row = want.setdefault((name, u["tokens"]), {"estimate": f"{u['estimate']['total_gb']:.1f}"})
+            row[u["logprob"]] = f"{u['need_gb']:.1f}"
+    rows = re.findall(r"\| `([\w.-]+)` \| ([\d,]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|", doc_text())
+    found = {(n, int(t.replace(",", ""))): {"estimate": e, "inplace": i, "ce": c} for n, t, e, i, c in rows}
+    assert found == want
