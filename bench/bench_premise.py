@@ -120,7 +120,7 @@ def record_run(out: str, variant: str, seed: int, steps: int, records: Optional[
     timing, _ = RF.read_object(os.path.join(path, RF.TIMING))
     kept = {"variant": variant, "seed": seed, "steps": steps, "settings": made["settings"],
             "overrides": made.get("overrides"), "model": made.get("model"), "adapter": adapter_digest(),
-            "seconds": (timing or {}).get("seconds"), "recorded": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "main_ppo_s": (timing or {}).get("main_ppo_s"), "recorded": time.strftime("%Y-%m-%d %H:%M:%S"),
             "curve": BL.curve(path)}
     os.makedirs(os.path.dirname(target), exist_ok=True)
     with open(target + ".tmp", "w", encoding="utf-8") as fh:
