@@ -102,13 +102,15 @@ def make_config(arch: dict):
                tie_word_embeddings=arch["tied"], rope_theta=arch["rope_theta"], attn_implementation="sdpa")
 
 
-def build_model(arch: dict, device):
-    """The model in fp32 with random weights, created directly on ``device`` (``meta`` allocates nothing)."""
+def build_model(arch: dict, device, dtype: str = "fp32"):
+    """The model with random weights in ``dtype`` (fp32, verl's FSDP default, or bf16, what
+    ``fsdp_config.model_dtype=bfloat16`` keeps), created directly on ``device`` (``meta`` allocates nothing)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     with torch.device(device):
-        return AutoModelForCausalLM.from_config(make_config(arch), dtype=torch.float32, attn_implementation="sdpa")
+        return AutoModelForCausalLM.from_config(make_config(arch), attn_implementation="sdpa",
+                                                dtype=torch.bfloat16 if dtype == "bf16" else torch.float32)
 
 
 def lora_config():
@@ -271,12 +273,13 @@ def measure_backbone(name: str, args, device, meter) -> dict:
 
     # 1. base weights, fp32, frozen
     t0 = time.perf_counter()
-    model = build_model(arch, device)
+    model = build_model(arch, device, args.base_dtype)
     model.requires_grad_(False)
     base_params = sum(p.numel() for p in model.parameters())
     counted = _tensor_bytes(list(model.parameters()) + list(model.buffers()))
     after_base = meter.allocated()
-    est_base = DOC[name]["base_gb"] if not args.tiny else base_params * 4 / GB
+    per_param = 2 if args.base_dtype == "bf16" else 4
+    est_base = DOC[name]["base_gb"] * per_param / 4 if not args.tiny else base_params * per_param / GB
     measured = _gb(None if after_base is None else after_base - start)
     rec["base"] = {"params": base_params, "counted_gb": counted / GB, "measured_gb": measured,
                    "estimate_gb": est_base, "ratio": _ratio(measured, est_base),
@@ -382,7 +385,7 @@ def print_table(result: dict) -> None:
         a, b = rec["adapter"], rec["base"]
         n_m = a["trainable_params"] / 1e6
         rows = [("adapter parameters (M)", a["estimate_m"], n_m, None, a["ratio_params"]),
-                ("base weights, fp32 (GB)", b["estimate_gb"], b["counted_gb"], b["measured_gb"], b["ratio"]),
+                (f"base weights, {result.get('base_dtype', 'fp32')} (GB)", b["estimate_gb"], b["counted_gb"], b["measured_gb"], b["ratio"]),
                 ("adapter weights + grads + AdamW (GB)", a["estimate_gb"], a["state_counted_gb"], a["measured_gb"],
                  a["ratio"])]
         for u in rec["updates"]:
@@ -424,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--residual", default="bf16", choices=("bf16", "fp32"),
                     help="dtype of the residual stream: bf16 as under FSDP's bf16 compute (default), fp32 as plain "
                          "autocast over fp32 weights gives")
+    ap.add_argument("--base-dtype", default="fp32", choices=("fp32", "bf16"),
+                    help="the frozen base weights' dtype: fp32 as verl's FSDP keeps them (default), bf16 as "
+                         "fsdp_config.model_dtype=bfloat16 keeps them (the estimate then halves)")
     ap.add_argument("--chunk", type=int, default=1024, help="rows per chunk of the inplace log-probabilities")
     ap.add_argument("--out", default=os.path.join("runs", "bench_lora_memory.json"))
     args = ap.parse_args(argv)
@@ -448,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
               "gpu_total_gb": _gb(torch.cuda.get_device_properties(device).total_memory) if meter.cuda else None,
               "device": args.device, "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(), "transformers": transformers.__version__,
               "peft": peft.__version__, "tiny": args.tiny, "tokens": args.tokens, "logprob": args.logprob,
-              "residual": args.residual, "rank": RANK, "alpha": ALPHA, "vllm_share": VLLM_SHARE, "backbones": {}}
+              "residual": args.residual, "base_dtype": args.base_dtype, "rank": RANK, "alpha": ALPHA, "vllm_share": VLLM_SHARE, "backbones": {}}
     t0 = time.perf_counter()
     for name in args.backbones:
         try:

@@ -242,3 +242,16 @@ def test_the_docs_measured_update_table_is_the_shipped_measurement():
     rows = re.findall(r"\| `([\w.-]+)` \| ([\d,]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|", doc_text())
     found = {(n, int(t.replace(",", ""))): {"estimate": e, "inplace": i, "ce": c} for n, t, e, i, c in rows}
     assert found == want
+
+
+def test_bf16_base_weights_take_two_bytes_a_parameter(tmp_path):
+    """``--base-dtype bf16`` (what ``fsdp_config.model_dtype=bfloat16`` keeps) builds the frozen base in bf16 and
+    halves the estimate it is measured against; the adapter state stays 16 bytes a parameter."""
+    out = tmp_path / "bf16.json"
+    assert blm.main(["--device", "cpu", "--tiny", "--backbones", "qwen2.5-7b", "--logprob", "inplace",
+                     "--base-dtype", "bf16", "--out", str(out)]) == 0
+    r = json.loads(out.read_text())
+    b = r["backbones"]["qwen2.5-7b"]["base"]
+    assert r["base_dtype"] == "bf16"
+    assert 0 <= b["counted_gb"] * 1e9 - b["params"] * 2 < 4096
+    assert math.isclose(b["estimate_gb"], b["params"] * 2 / 1e9)
