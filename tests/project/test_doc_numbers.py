@@ -259,3 +259,27 @@ def test_the_readme_quotes_the_learning_summary():
 
 def test_the_benchmarks_page_stays_within_200_lines():
     assert len(_text(BENCH).splitlines()) <= 200
+
+
+def test_the_premise_benchmark_table_is_its_kept_runs():
+    """docs/benchmarks.md's bench-premise table (SmolLM2 with LoRA) says what the runs kept in bench/results/premise
+    hold: per variant and seed the training reward per step, the held-out score and the share of held-out turns
+    passing before and after, and the whole interface's effect at each probe."""
+    import sys
+
+    sys.path.insert(0, REPO)
+    from bench import bench_premise as bp
+
+    [table] = [t for t in _tables(_text(BENCH)) if t[0][:2] == ["variant", "seed"]
+               and t[0][2].startswith("training reward, steps 1-")]
+    steps = int(table[0][2].split("-")[-1])
+    assert len(table) > 1
+    for variant, seed, rewards, heldout, passing, effects in table[1:]:
+        kept = bp.recorded(variant, int(seed), steps, [])
+        assert kept is not None, f"{variant} seed {seed}: no current record of a {steps}-step run"
+        c = kept["curve"]
+        assert rewards == ", ".join(f"{x['reward']:.2f}" for x in c["steps"]), (variant, seed)
+        for doc, values in ((heldout, c["heldout"]), (passing, c["heldout_pass"])):
+            assert doc == f"{values['0']:.3f} -> {values[str(steps)]:.3f}", (variant, seed)
+        probes = [p["effects"]["all"] for p in c["cue_effect"] if "all" in p["effects"]]
+        assert effects == (", ".join(f"{e['diff']:+.2f} [{e['lo']:+.2f}, {e['hi']:+.2f}]" for e in probes) or "-")
