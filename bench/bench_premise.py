@@ -27,6 +27,7 @@ record made under other settings is neither reused nor read: the reading names i
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -43,8 +44,8 @@ MODELS = os.path.join(REPO, "runs", "cpu", "models")
 #: finished runs' curves, kept with the code so that the benchmark can be made in parts on different machines
 RECORDS = os.path.join(REPO, "bench", "results", "premise")
 VARIANTS = ("grpo", "seal", "no_env_side")
-#: steps a run, from the measured step cost (185-332 s on 2 cores): a run with its two validations and probes takes
-#: 18-20 minutes, so GRPO and SEAL on two seeds fit a session of about 80 minutes
+#: steps a run, from the measured step cost (185-670 s on 2 cores): a run with its two validations and probes takes
+#: 18-37 minutes, so GRPO and SEAL on two seeds fit one sitting of about 2 hours
 STEPS = 4
 #: the ledger runs on SmolLM2 with a fresh LoRA adapter: the CPU backbone group (its settings and why, in
 #: recipes/ledger_cpu/config/backbone_cpu/smollm2.yaml)
@@ -92,8 +93,10 @@ def record_path(variant: str, seed: int, steps: int, fingerprint: str, records: 
     return os.path.join(records or RECORDS, f"{variant}_s{seed}_{steps}steps_{fingerprint}.json")
 
 
+@functools.lru_cache(maxsize=None)
 def adapter_digest(shipped: str = SHIPPED) -> Optional[str]:
-    """The SHA-256 of the shipped warm-start adapter's weights: a record names the adapter its run started from."""
+    """The SHA-256 of the shipped warm-start adapter's weights: a record names the adapter its run started from.
+    Hashed once a process (every record is checked against it)."""
     from seal_verl.models.shipped import file_sha256
 
     path = os.path.join(shipped, "adapter_model.safetensors")
@@ -104,6 +107,7 @@ def record_run(out: str, variant: str, seed: int, steps: int, records: Optional[
     """Keep a finished run's curve (``bench_learning.curve``) in ``records`` under the fingerprint its run folder
     recorded; an existing record is never replaced. Returns the record's path, or None for a run that has not
     finished (or finished before its settings were recorded)."""
+    from seal_verl.atomic import atomic_write_text
     from seal_verl.runs import folder as RF
 
     path = BL.run_dir(out, variant, seed)
@@ -122,11 +126,7 @@ def record_run(out: str, variant: str, seed: int, steps: int, records: Optional[
             "overrides": made.get("overrides"), "model": made.get("model"), "adapter": adapter_digest(),
             "main_ppo_s": (timing or {}).get("main_ppo_s"), "recorded": time.strftime("%Y-%m-%d %H:%M:%S"),
             "curve": BL.curve(path)}
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    with open(target + ".tmp", "w", encoding="utf-8") as fh:
-        json.dump(kept, fh, indent=1)
-        fh.write("\n")
-    os.replace(target + ".tmp", target)
+    atomic_write_text(target, json.dumps(kept, indent=1) + "\n")
     return target
 
 
@@ -258,7 +258,7 @@ def reading(summary: dict, measured: Optional[dict], curves: dict) -> str:
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=STEPS,
-                   help=f"steps a run (default {STEPS}: a run is then 18-20 minutes on 2 cores, 185-332 s a step)")
+                   help=f"steps a run (default {STEPS}: a run is then 18-37 minutes on 2 cores, 185-670 s a step)")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     p.add_argument("--variants", nargs="+", default=list(VARIANTS))
     p.add_argument("--window", type=int, default=2, help="steps averaged at the start and the end (default 2)")

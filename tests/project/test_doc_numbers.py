@@ -265,9 +265,6 @@ def test_the_premise_benchmark_table_is_its_kept_runs():
     """docs/benchmarks.md's bench-premise table (SmolLM2 with LoRA) says what the runs kept in bench/results/premise
     hold: per variant and seed the training reward per step, the held-out score and the share of held-out turns
     passing before and after, and the whole interface's effect at each probe."""
-    import sys
-
-    sys.path.insert(0, REPO)
     from bench import bench_premise as bp
 
     [table] = [t for t in _tables(_text(BENCH)) if t[0][:2] == ["variant", "seed"]
